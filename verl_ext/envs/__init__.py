@@ -1,0 +1,16 @@
+"""Environment adapters behind one protocol, and their registry.
+
+Adding an env: write ``verl_ext/envs/<name>_env.py`` with an adapter class (see ``base.EnvAdapter``)
+and add one ``register_env(...)`` line below.
+"""
+
+from .base import EnvAdapter, ScoreResult, Task
+from .config import ConfigError
+from .logic_env import LogicAdapter
+from .openspiel_env import OpenSpielAdapter
+from .registry import env_names, make_env, register_env
+
+register_env(OpenSpielAdapter)
+register_env(LogicAdapter)
+
+__all__ = ["ConfigError", "EnvAdapter", "ScoreResult", "Task", "env_names", "make_env", "register_env"]

@@ -1,0 +1,68 @@
+"""Strict extraction of the final answer from a model response (model output is hostile input)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+_OPEN = re.compile(r"<\s*answer\s*>", re.IGNORECASE)
+_CLOSE = re.compile(r"<\s*/\s*answer\s*>", re.IGNORECASE)
+# Control characters other than tab/newline/carriage return never belong in an answer.
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+_SPACES = re.compile(r"[ \t]+")
+
+
+@dataclass(frozen=True)
+class ParsedAnswer:
+    """The answer text if the response is well formed, else ``None`` and the reason."""
+
+    text: str | None
+    reason: str = ""
+
+    @property
+    def format_ok(self) -> bool:
+        return self.text is not None
+
+
+def parse_answer(
+    response: object,
+    *,
+    max_response_chars: int,
+    max_answer_chars: int,
+    single_line: bool,
+) -> ParsedAnswer:
+    """Return the content of the single ``<answer>...</answer>`` block ending the response.
+
+    Rejected (``text=None``): non-strings, over-long responses, zero or several answer tags
+    (listing many moves must not pay), text after the closing tag, an empty or over-long answer,
+    control characters, or a multi-line answer where one line is expected.
+    """
+    if not isinstance(response, str):
+        return ParsedAnswer(None, "not_text")
+    if len(response) > max_response_chars:
+        return ParsedAnswer(None, "response_too_long")
+    opens = _OPEN.findall(response)
+    closes = list(_CLOSE.finditer(response))
+    if not opens or not closes:
+        return ParsedAnswer(None, "no_answer_tag")
+    if len(opens) > 1 or len(closes) > 1:
+        return ParsedAnswer(None, "several_answer_tags")
+    start = _OPEN.search(response)
+    assert start is not None
+    close = closes[0]
+    if close.start() < start.end():
+        return ParsedAnswer(None, "no_answer_tag")
+    if response[close.end():].strip():
+        return ParsedAnswer(None, "text_after_answer")
+    content = response[start.end():close.start()].strip()
+    if not content:
+        return ParsedAnswer(None, "empty_answer")
+    if len(content) > max_answer_chars:
+        return ParsedAnswer(None, "answer_too_long")
+    if _CONTROL.search(content):
+        return ParsedAnswer(None, "control_characters")
+    if single_line:
+        if "\n" in content or "\r" in content:
+            return ParsedAnswer(None, "multi_line_answer")
+        content = _SPACES.sub(" ", content)
+    return ParsedAnswer(content)

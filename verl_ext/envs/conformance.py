@@ -1,0 +1,141 @@
+"""One conformance check every adapter and case passes (in the spirit of Gymnasium's ``check_env``)."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Iterable
+
+from .base import EnvAdapter, Task
+
+_LOOKALIKES = str.maketrans({"a": "\u0430", "c": "\u0441", "e": "\u0435", "o": "\u043e", "p": "\u0440",
+                             "x": "\u0445", "B": "\u0412", "C": "\u0421", "R": "\u0420", "1": "\uff11"})
+
+
+class ConformanceError(AssertionError):
+    """An adapter broke the protocol; the message names the env, case and check."""
+
+
+def lookalike(text: str) -> str:
+    """``text`` with Cyrillic/full-width look-alikes, guaranteed to differ from ``text``."""
+    swapped = text.translate(_LOOKALIKES)
+    if swapped == text:
+        swapped = "".join(chr(ord(ch) + 0xFEE0) if "!" <= ch <= "~" else ch for ch in text)
+    return swapped if swapped != text else text + "\u200b"
+
+
+def hostile_responses(task: Task, rng: random.Random, alternative: str) -> list[object]:
+    """Outputs a policy could try to get reward it did not earn, or that could crash a parser.
+
+    ``alternative`` is another plausible answer (a second legal move, another puzzle's answer): hedging
+    between it and the right answer must not pay.
+    """
+    moves = list(task.legal_moves) or [task.ground_truth or "x"]
+    first = moves[0]
+    hedges = [f"<answer>{first} or {alternative}</answer>", f"<answer>{alternative} or {first}</answer>",
+              f"<answer>{first}/{alternative}</answer>", f"<answer>{first}\n{alternative}</answer>"]
+    if task.legal_moves:  # chatter inside the tag is not a move
+        hedges.append(f"<answer>{first} or maybe something else</answer>")
+    noise = bytes(rng.getrandbits(8) for _ in range(4096)).decode("latin-1")
+    listings = [] if len(moves) < 2 else [  # naming every move at once must not pay
+        "<answer>" + " ".join(moves) + "</answer>",
+        "<answer>" + ", ".join(moves) + "</answer>",
+        "".join(f"<answer>{m}</answer>" for m in moves[:8]),
+    ]
+    return listings + hedges + [
+        "", " ", "\n\n", "<answer></answer>", "<answer> </answer>", "<answer>",
+        "</answer>", "</answer><answer>", f"<answer>{first}", f"{first}</answer>",
+        f"<answer>{first}</answer><answer>{first}</answer>",
+        f"<answer><answer>{first}</answer></answer>",
+        f"<answer>{first}</answer> and also the others",
+        f"<answer>{first}\x00</answer>", f"<answer>\x1b[2J{first}</answer>",
+        "<answer>" + lookalike(first) + "</answer>",
+        "x" * 1_000_000, f"<answer>{first}</answer>" + " " * 1_000_000, "<answer>" + "y" * 1_000_000 + "</answer>",
+        "<answer>" * 10_000, noise, f"<answer>{noise}</answer>", "\ud800\udfff", "<answer>\ud83d</answer>",
+        None, b"<answer>a1</answer>", 12345, ["<answer>", first, "</answer>"],
+    ]
+
+
+def _fail(task: Task | None, check: str, detail: str) -> ConformanceError:
+    where = f"{task.env}/{task.case} task {task.task_id}" if task else "adapter"
+    return ConformanceError(f"{where}: {check}: {detail}")
+
+
+def check_adapter(adapter: EnvAdapter, cases: Iterable[str] | None = None, tasks_per_case: int = 3,
+                  fresh: EnvAdapter | None = None) -> None:
+    """Raise ``ConformanceError`` unless ``adapter`` honours the protocol on ``cases``.
+
+    Checks determinism (also against ``fresh``, a second instance from the same config), the
+    serialisation round trip, the score range, a reference answer that scores as valid, and that
+    hostile outputs never raise and never earn more than the format component.
+    """
+    all_cases = adapter.cases()
+    if not all_cases or len(set(all_cases)) != len(all_cases):
+        raise _fail(None, "cases", f"must be non-empty and unique, got {all_cases!r}")
+    format_weight = float(getattr(adapter.config, "format_weight", 0.0))
+    rng = random.Random(0)
+    for case in cases or all_cases:
+        states = set()
+        for index in range(tasks_per_case):
+            seed = 1000 + index
+            task = adapter.make_task(case, index, seed)
+            states.add(task.state)
+            _check_task_shape(adapter, task, case, index, seed)
+            again = (fresh or adapter).make_task(case, index, seed)
+            if again != task:
+                raise _fail(task, "determinism", "make_task(case, index, seed) gave a different task twice")
+            restored = json.loads(json.dumps({"state": task.state, "messages": list(task.messages)}))
+            if restored["state"] != task.state or restored["messages"] != list(task.messages):
+                raise _fail(task, "serialisation", "state/messages do not survive a JSON round trip")
+            alternative = _alternative(adapter, task)
+            _check_scores(adapter, task, restored["state"], format_weight, rng, alternative)
+        if tasks_per_case >= 3 and len(states) < 2:
+            raise _fail(None, "variety", f"{case}: {tasks_per_case} seeds all gave the same state")
+
+
+def _check_task_shape(adapter: EnvAdapter, task: Task, case: str, index: int, seed: int) -> None:
+    if (task.env, task.case, task.task_id, task.seed) != (adapter.name, case, index, seed):
+        raise _fail(task, "identity", f"task carries {(task.env, task.case, task.task_id, task.seed)}")
+    if not task.messages or not all(isinstance(m.get("content"), str) and m.get("role") for m in task.messages):
+        raise _fail(task, "messages", "need at least one {role, content} chat message")
+    if not isinstance(task.state, str) or not isinstance(task.ground_truth, str):
+        raise _fail(task, "types", "state and ground_truth must be strings")
+    if len(set(task.legal_moves)) != len(task.legal_moves):
+        raise _fail(task, "legal_moves", "move strings must be unique")
+    prompt = task.messages[-1]["content"]
+    if "<answer>" not in prompt:
+        raise _fail(task, "prompt", "must tell the model the <answer> format")
+    for move in task.legal_moves:
+        if move not in prompt:
+            raise _fail(task, "prompt", f"legal move {move!r} is not listed in the prompt")
+
+
+def _alternative(adapter: EnvAdapter, task: Task) -> str:
+    """A second plausible answer: another legal move, or the answer of a neighbouring puzzle."""
+    if len(task.legal_moves) > 1:
+        return task.legal_moves[1]
+    for offset in range(1, 20):
+        other = adapter.make_task(task.case, task.task_id + offset, task.seed + offset).ground_truth
+        if other and other != task.ground_truth:
+            return other
+    return "none of these"
+
+
+def _check_scores(adapter: EnvAdapter, task: Task, state: str, format_weight: float, rng: random.Random,
+                  alternative: str) -> None:
+    reference = adapter.reference_answer(task)
+    if reference is not None:
+        result = adapter.score(task.case, state, reference)
+        if not (result.format_ok and result.valid and 0.0 <= result.score <= 1.0):
+            raise _fail(task, "reference answer", f"{reference!r} scored {result}")
+    for move in task.legal_moves[:5]:
+        result = adapter.score(task.case, state, f"Thinking...\n<answer>{move}</answer>")
+        if not (result.valid and result.format_ok and format_weight <= result.score <= 1.0):
+            raise _fail(task, "legal move", f"{move!r} scored {result}")
+    for response in hostile_responses(task, rng, alternative):
+        try:
+            result = adapter.score(task.case, state, response)  # type: ignore[arg-type]
+        except Exception as err:  # noqa: BLE001 - the whole point is that nothing escapes
+            raise _fail(task, "hostile output", f"{str(response)[:60]!r} raised {err!r}") from err
+        if not 0.0 <= result.score <= format_weight + 1e-9:
+            raise _fail(task, "hostile output", f"{str(response)[:60]!r} earned {result.score}")

@@ -1,0 +1,374 @@
+"""OpenSpiel games as single-move tasks: a position, its legal moves, and a reward for the chosen move."""
+
+from __future__ import annotations
+
+import os
+import random
+import zlib
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any, ClassVar
+
+import numpy as np
+import pyspiel
+from open_spiel.python.algorithms import mcts
+
+from .answer import parse_answer
+from .base import ScoreResult, Task
+from .caching import OnceLRU
+from .config import ConfigError
+
+DEFAULT_CASES: tuple[str, ...] = (
+    "hex(board_size=7)",
+    "go(board_size=9)",
+    "breakthrough(rows=6,columns=6)",
+    "dots_and_boxes(num_rows=3,num_cols=3)",
+    "clobber(rows=5,columns=5)",
+    "othello",
+    "chess",
+    "checkers",
+    "connect_four",
+    "tic_tac_toe",
+    "leduc_poker",
+    # No-limit hold'em with the fold/call/pot/all-in abstraction keeps the legal move list short.
+    "universal_poker(betting=nolimit,bettingAbstraction=fcpa,blind=100 50,firstPlayer=2 1 1 1,"
+    "numBoardCards=0 3 1 1,numHoleCards=2,numPlayers=2,numRanks=13,numRounds=4,numSuits=4,stack=20000 20000)",
+    "hanabi(players=2)",
+)
+REWARD_MODES = ("legal", "outcome", "engine")
+CONTINUATIONS = ("random", "mcts")
+OBSERVATIONS = ("auto", "observation", "information_state")
+
+
+@dataclass
+class OpenSpielConfig:
+    """Settings of the ``openspiel`` env (``data.env.openspiel.*``)."""
+
+    cases: list[str] | None = None
+    game_list: list[str] | None = None
+    game_configs: list[dict] | None = None
+    game_types: list[str] | None = None
+    num_tasks_per_case: int = 100
+    max_random_steps: int = 20
+    seed: int = 0
+    reward_mode: str = "legal"
+    format_weight: float = 0.1
+    continuation: str = "random"
+    outcome_playouts: int = 4
+    mcts_simulations: int = 300
+    mcts_rollouts: int = 1
+    mcts_uct_c: float = 2.0
+    playout_max_steps: int = 400
+    observation: str = "auto"
+    max_response_chars: int = 16384
+    max_answer_chars: int = 64
+    cache_size: int = 4096
+
+    def validate(self, where: str) -> None:
+        positive = ("num_tasks_per_case", "outcome_playouts", "mcts_simulations", "mcts_rollouts",
+                    "playout_max_steps", "max_response_chars", "max_answer_chars", "cache_size")
+        for key in positive:
+            if getattr(self, key) <= 0:
+                raise ConfigError(f"{where}.{key}: must be > 0, got {getattr(self, key)!r}")
+        if self.max_random_steps < 0:
+            raise ConfigError(f"{where}.max_random_steps: must be >= 0, got {self.max_random_steps!r}")
+        if not 0.0 <= self.format_weight < 1.0:
+            raise ConfigError(f"{where}.format_weight: must be in [0, 1), got {self.format_weight!r}")
+        for key, allowed in (("reward_mode", REWARD_MODES), ("continuation", CONTINUATIONS),
+                             ("observation", OBSERVATIONS)):
+            if getattr(self, key) not in allowed:
+                raise ConfigError(f"{where}.{key}: unknown value {getattr(self, key)!r} (choose from {allowed})")
+        if self.cases is not None and self.game_list is not None:
+            raise ConfigError(f"{where}: give either 'cases' or 'game_list' (+ 'game_configs'), not both")
+        if self.game_configs is not None:
+            if self.game_list is None:
+                raise ConfigError(f"{where}.game_configs: needs 'game_list' of the same length")
+            if len(self.game_configs) != len(self.game_list):
+                raise ConfigError(f"{where}.game_configs: has {len(self.game_configs)} entries but game_list has "
+                                  f"{len(self.game_list)}; give one config per game")
+
+
+def case_from_parts(game: str, params: dict[str, Any] | None) -> str:
+    """``("hex", {"board_size": 7})`` -> ``"hex(board_size=7)"`` (OpenSpiel's load-string syntax)."""
+    if not params:
+        return game
+    return f"{game}({','.join(f'{k}={v}' for k, v in sorted(params.items()))})"
+
+
+@lru_cache(maxsize=256)
+def load_game(case: str) -> pyspiel.Game:
+    """Load (once per process) the game behind a case string."""
+    return pyspiel.load_game(case)
+
+
+def _sample_chance(state: pyspiel.State, rng: random.Random) -> int:
+    actions, probs = zip(*state.chance_outcomes())
+    return rng.choices(actions, weights=probs, k=1)[0]
+
+
+def _resolve_chance(state: pyspiel.State, rng: random.Random) -> None:
+    while state.is_chance_node():
+        state.apply_action(_sample_chance(state, rng))
+
+
+@dataclass
+class _Position:
+    """A deserialised decision state with its legal moves by string (cached per task)."""
+
+    state: pyspiel.State
+    player: int
+    moves: dict[str, int]
+    analysis: dict[int, float] | None = None
+    outcomes: dict[int, float] = field(default_factory=dict)
+
+
+class OpenSpielAdapter:
+    """Positions reached by seeded random play; the model names one legal move."""
+
+    name: ClassVar[str] = "openspiel"
+    config_cls: ClassVar[type] = OpenSpielConfig
+
+    def __init__(self, config: OpenSpielConfig, where: str = "data.env.openspiel") -> None:
+        self.config = config
+        self._cases = self._resolve_cases(config, where)
+        self._positions: OnceLRU[_Position] = OnceLRU(config.cache_size)
+        self._analyses: OnceLRU[dict[int, float]] = OnceLRU(config.cache_size)
+        self._outcomes: OnceLRU[float] = OnceLRU(config.cache_size * 8)
+
+    # ----------------------------------------------------------------- configuration
+    @staticmethod
+    def _resolve_cases(config: OpenSpielConfig, where: str) -> list[str]:
+        if config.cases is not None:
+            cases, key = list(config.cases), "cases"
+        elif config.game_list is not None:
+            configs = config.game_configs or [None] * len(config.game_list)
+            cases, key = [case_from_parts(g, c) for g, c in zip(config.game_list, configs)], "game_list"
+        else:
+            cases, key = list(DEFAULT_CASES), "cases"
+        if not cases:
+            raise ConfigError(f"{where}.{key}: is empty; name at least one game")
+        if len(set(cases)) != len(cases):
+            dup = next(c for c in cases if cases.count(c) > 1)
+            raise ConfigError(f"{where}.{key}: case {dup!r} is listed twice")
+        games = {}
+        for i, case in enumerate(cases):
+            if not isinstance(case, str) or not case.strip():
+                raise ConfigError(f"{where}.{key}[{i}]: expected a game load string, got {case!r}")
+            try:
+                games[case] = load_game(case)
+            except Exception as err:  # pyspiel raises RuntimeError/SpielError with its own message
+                raise ConfigError(f"{where}.{key}[{i}]: cannot load OpenSpiel game {case!r}: {err}") from None
+        cases = OpenSpielAdapter._filter_types(config, cases, games, where)
+        needs_mcts = config.reward_mode == "engine" or (
+            config.reward_mode == "outcome" and config.continuation == "mcts")
+        for case in cases:
+            game_type = games[case].get_type()
+            if game_type.dynamics != pyspiel.GameType.Dynamics.SEQUENTIAL:
+                raise ConfigError(f"{where}.{key}: {case!r} is not a sequential-move game; only turn-based "
+                                  "games are supported")
+            if needs_mcts and game_type.reward_model != pyspiel.GameType.RewardModel.TERMINAL:
+                raise ConfigError(f"{where}.reward_mode: {config.reward_mode!r} uses OpenSpiel MCTS, which needs "
+                                  f"terminal rewards, but case {case!r} has per-step rewards; use reward_mode=legal "
+                                  "or outcome with continuation=random for it")
+        return cases
+
+    @staticmethod
+    def _filter_types(config: OpenSpielConfig, cases: list[str], games: dict[str, pyspiel.Game],
+                      where: str) -> list[str]:
+        """Keep the cases whose short name (``hex``) or full string is in ``game_types`` / ``$GAME_TYPES``."""
+        types = config.game_types
+        where_types = f"{where}.game_types"
+        if types is None and os.environ.get("GAME_TYPES", "").strip():
+            types = [t.strip() for t in os.environ["GAME_TYPES"].split(",") if t.strip()]
+            where_types = "GAME_TYPES"
+        if not types:
+            return cases
+        short = {case: games[case].get_type().short_name for case in cases}
+        for t in types:
+            if not any(t in (name, case) for case, name in short.items()):
+                raise ConfigError(f"{where_types}: {t!r} matches no case (available: "
+                                  f"{', '.join(sorted(set(short.values())))})")
+        return [case for case in cases if short[case] in types or case in types]
+
+    def cases(self) -> list[str]:
+        return list(self._cases)
+
+    def num_tasks(self, case: str) -> int:
+        return self.config.num_tasks_per_case
+
+    # ----------------------------------------------------------------- tasks
+    def make_task(self, case: str, index: int, seed: int) -> Task:
+        game = load_game(case)
+        state = self._random_position(game, seed)
+        player = state.current_player()
+        moves = [state.action_to_string(player, a) for a in state.legal_actions(player)]
+        return Task(
+            env=self.name,
+            case=case,
+            task_id=index,
+            seed=seed,
+            messages=({"role": "user", "content": self._prompt(game, state, player, moves)},),
+            state=state.serialize(),
+            ground_truth=state.serialize(),
+            legal_moves=tuple(moves),
+            info={"player": player, "num_legal_moves": len(moves), "move_number": state.move_number()},
+        )
+
+    def _random_position(self, game: pyspiel.Game, seed: int) -> pyspiel.State:
+        """Seeded random play to a non-terminal decision node (chance outcomes from the same RNG)."""
+        rng = random.Random(seed)
+        limit = self.config.max_random_steps
+        for _ in range(16):
+            state = game.new_initial_state()
+            _resolve_chance(state, rng)
+            for _ in range(rng.randint(0, limit)):
+                if state.is_terminal():
+                    break
+                state.apply_action(rng.choice(state.legal_actions()))
+                _resolve_chance(state, rng)
+            if not state.is_terminal():
+                return state
+            limit //= 2  # the game ended inside the random prefix: retry with a shorter one
+        state = game.new_initial_state()
+        _resolve_chance(state, rng)
+        return state
+
+    def _view(self, game: pyspiel.Game, state: pyspiel.State, player: int) -> str:
+        """What ``player`` may see: the full board for perfect information, else the player's own view."""
+        game_type = game.get_type()
+        if game_type.information == pyspiel.GameType.Information.PERFECT_INFORMATION:
+            return str(state)
+        mode = self.config.observation
+        use_info_state = game_type.provides_information_state_string and (
+            mode == "information_state" or (mode == "auto"))
+        if mode == "observation" or not use_info_state:
+            return state.observation_string(player)
+        return state.information_state_string(player)
+
+    def _prompt(self, game: pyspiel.Game, state: pyspiel.State, player: int, moves: list[str]) -> str:
+        game_type = game.get_type()
+        hidden = game_type.information != pyspiel.GameType.Information.PERFECT_INFORMATION
+        lines = [
+            f"You are playing {game_type.long_name} ({game}) as player {player} of {game.num_players()}. "
+            f"It is your turn (move {state.move_number()}).",
+            "Your view of the game:" if hidden else "Current state:",
+            self._view(game, state, player).rstrip(),
+            "",
+            "Legal moves (write yours exactly as listed): " + ", ".join(moves),
+            "",
+            "Choose the best move for you. Think briefly if you like, then end your reply with exactly one "
+            "move in the form <answer>MOVE</answer>, where MOVE is one of the legal moves above.",
+        ]
+        return "\n".join(lines)
+
+    # ----------------------------------------------------------------- scoring
+    def _position(self, case: str, state_str: str) -> _Position:
+        def build() -> _Position:
+            state = load_game(case).deserialize_state(state_str)
+            if state.is_terminal() or state.is_chance_node():
+                raise ValueError(f"serialised state of {case!r} is not a decision node")
+            player = state.current_player()
+            moves: dict[str, int] = {}
+            for action in state.legal_actions(player):
+                moves.setdefault(state.action_to_string(player, action), action)
+            return _Position(state, player, moves)
+
+        return self._positions.get_or_compute((case, state_str), build)
+
+    def score(self, case: str, state: str, response: str) -> ScoreResult:
+        cfg = self.config
+        parsed = parse_answer(response, max_response_chars=cfg.max_response_chars,
+                              max_answer_chars=cfg.max_answer_chars, single_line=True)
+        if not parsed.format_ok:
+            return ScoreResult(0.0, False, False, 0.0, None, parsed.reason)
+        position = self._position(case, state)
+        action = position.moves.get(parsed.text)
+        if action is None:
+            return ScoreResult(cfg.format_weight, True, False, 0.0, parsed.text, "illegal_move")
+        if cfg.reward_mode == "legal":
+            task_score = 1.0
+        elif cfg.reward_mode == "outcome":
+            task_score = self._outcome(case, state, position, action)
+        else:
+            analysis = self._analysis(case, state, position)
+            best = max(analysis.values())
+            task_score = 1.0 - (best - analysis.get(action, 0.0))
+        task_score = min(1.0, max(0.0, task_score))
+        total = cfg.format_weight + (1.0 - cfg.format_weight) * task_score
+        return ScoreResult(total, True, True, task_score, parsed.text, "ok")
+
+    def _normalise(self, game: pyspiel.Game, value: float) -> float:
+        lo, hi = game.min_utility(), game.max_utility()
+        return (value - lo) / (hi - lo) if hi > lo else 0.5
+
+    def _stable_seed(self, *parts: object) -> int:
+        return zlib.crc32("|".join(map(str, parts)).encode()) ^ self.config.seed
+
+    def _outcome(self, case: str, state_str: str, position: _Position, action: int) -> float:
+        """Mean normalised return of the mover after ``action`` and a continuation to the end."""
+
+        def playouts() -> float:
+            game = load_game(case)
+            rng = random.Random(self._stable_seed(case, state_str, action))
+            bot = self._mcts_bot(game, rng.getrandbits(31)) if self.config.continuation == "mcts" else None
+            total = 0.0
+            for _ in range(self.config.outcome_playouts):
+                state = position.state.clone()
+                state.apply_action(action)
+                steps = 0
+                while not state.is_terminal() and steps < self.config.playout_max_steps:
+                    if state.is_chance_node():
+                        state.apply_action(_sample_chance(state, rng))
+                    elif bot is not None:
+                        state.apply_action(bot.step(state))
+                    else:
+                        state.apply_action(rng.choice(state.legal_actions()))
+                    steps += 1
+                total += self._normalise(game, state.returns()[position.player])
+            return total / self.config.outcome_playouts
+
+        return self._outcomes.get_or_compute((case, state_str, action), playouts)
+
+    def _mcts_bot(self, game: pyspiel.Game, seed: int) -> mcts.MCTSBot:
+        evaluator = mcts.RandomRolloutEvaluator(
+            n_rollouts=self.config.mcts_rollouts, random_state=np.random.RandomState(seed),
+            max_length=self.config.playout_max_steps)
+        return mcts.MCTSBot(game, self.config.mcts_uct_c, self.config.mcts_simulations, evaluator,
+                            solve=True, random_state=np.random.RandomState(seed))
+
+    def _analysis(self, case: str, state_str: str, position: _Position) -> dict[int, float]:
+        """MCTS value in [0, 1] of every legal move for the mover; computed once per position."""
+
+        def search() -> dict[int, float]:
+            game = load_game(case)
+            bot = self._mcts_bot(game, self._stable_seed(case, state_str))
+            root = bot.mcts_search(position.state.clone())
+            values: dict[int, float] = {}
+            for child in root.children:
+                if child.outcome is not None:
+                    raw = child.outcome[position.player]
+                elif child.explore_count:
+                    raw = child.total_reward / child.explore_count
+                else:
+                    continue
+                values[child.action] = self._normalise(game, raw)
+            worst = min(values.values()) if values else 0.0
+            for action in position.moves.values():
+                values.setdefault(action, worst)  # unexplored moves: no better than the worst explored one
+            return values
+
+        return self._analyses.get_or_compute((case, state_str), search)
+
+    def best_move(self, case: str, state_str: str) -> str:
+        """The move an engine would choose: MCTS where the game allows it, else the best mean playout."""
+        position = self._position(case, state_str)
+        game = load_game(case)
+        if game.get_type().reward_model == pyspiel.GameType.RewardModel.TERMINAL:
+            values = self._analysis(case, state_str, position)
+        else:
+            values = {a: self._outcome(case, state_str, position, a) for a in position.moves.values()}
+        best_action = max(position.moves.values(), key=lambda a: (values.get(a, 0.0), -a))
+        return next(move for move, action in position.moves.items() if action == best_action)
+
+    def reference_answer(self, task: Task) -> str:
+        return f"<answer>{self.best_move(task.case, task.state)}</answer>"

@@ -1,0 +1,187 @@
+"""The task plan shared by the dataset, the export CLI and evaluation: which (env, case, index) per row.
+
+Settings live under ``data.env`` (set with ``+data.env.<env>.<key>=...`` Hydra overrides)::
+
+    data.env.openspiel: {game_types: [hex], num_tasks_per_case: 100, reward_mode: legal, ...}
+    data.env.logic:     {cases: [knights_knaves, mini_sudoku]}
+    data.env.weights:   {openspiel: 3, logic: 1}       # optional mixture weights per env
+    data.env.size:      2000                            # optional train rows (default: sum of pools)
+    data.env.val_tasks_per_case: 16                     # held-out tasks per case
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import random
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .envs import EnvAdapter, Task, env_names, make_env
+from .envs.config import ConfigError, to_plain
+
+SPLITS = ("train", "val")
+# Validation tasks use indices from here on, so their seeds never meet a training task's.
+VAL_INDEX_OFFSET = 1_000_000
+MIXTURE_KEYS = ("weights", "size", "val_tasks_per_case")
+
+
+@dataclass(frozen=True)
+class TaskRef:
+    """Where a row comes from; ``seed = adapter seed + index``."""
+
+    env: str
+    case: str
+    index: int
+    seed: int
+
+
+def parse_split(data_files: Any) -> str:
+    """verl passes ``data.train_files`` / ``data.val_files`` here; we expect ``env://train`` / ``env://val``."""
+    files = to_plain(data_files)
+    if isinstance(files, str):
+        files = [files]
+    if isinstance(files, list) and len(files) == 1 and isinstance(files[0], str):
+        value = files[0].strip()
+        if value.startswith("env://") and value[len("env://"):] in SPLITS:
+            return value[len("env://"):]
+    raise ConfigError(
+        f"data.train_files/data.val_files: DynamicEnvDataset builds tasks on the fly and expects 'env://train' "
+        f"or 'env://val', got {data_files!r}. (To train on exported parquet, use verl's default RLHFDataset.)")
+
+
+def _apportion(total: int, weights: list[float]) -> list[int]:
+    """Largest-remainder split of ``total`` rows in proportion to ``weights``."""
+    mass = sum(weights)
+    exact = [total * w / mass for w in weights]
+    counts = [int(x) for x in exact]
+    order = sorted(range(len(weights)), key=lambda i: (counts[i] - exact[i], i))
+    for i in order[: total - sum(counts)]:
+        counts[i] += 1
+    return counts
+
+
+class EnvMixture:
+    """The configured adapters plus the deterministic row plan for each split."""
+
+    def __init__(self, env_section: Mapping[str, Any] | None, where: str = "data.env") -> None:
+        section = to_plain(env_section or {})
+        if not isinstance(section, Mapping):
+            raise ConfigError(f"{where}: expected a mapping, got {section!r}")
+        unknown = [k for k in section if k not in MIXTURE_KEYS and k not in env_names()]
+        if unknown:
+            raise ConfigError(f"{where}: unknown key or env {unknown[0]!r} (envs: {', '.join(env_names())}; "
+                              f"mixture keys: {', '.join(MIXTURE_KEYS)})")
+        env_settings = {k: (v or {}) for k, v in section.items() if k in env_names()}
+        if not env_settings:
+            raise ConfigError(f"{where}: no env configured; add e.g. '+{where}.openspiel.game_types=[hex]' "
+                              f"(envs: {', '.join(env_names())})")
+        self.settings: dict[str, dict[str, Any]] = env_settings
+        self.adapters: dict[str, EnvAdapter] = {
+            name: make_env(name, settings, where=f"{where}.{name}") for name, settings in env_settings.items()}
+        self.weights = self._weights(section.get("weights"), where)
+        self.size = self._positive_int(section.get("size"), f"{where}.size")
+        self.val_tasks_per_case = self._positive_int(section.get("val_tasks_per_case", 16),
+                                                     f"{where}.val_tasks_per_case")
+
+    @staticmethod
+    def _positive_int(value: Any, where: str) -> int | None:
+        if value is None:
+            return None
+        try:
+            number = int(value)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{where}: expected a positive integer, got {value!r}") from None
+        if number <= 0 or str(number) != str(value).strip():
+            raise ConfigError(f"{where}: expected a positive integer, got {value!r}")
+        return number
+
+    def _weights(self, weights: Any, where: str) -> dict[str, float]:
+        weights = weights or {}
+        if not isinstance(weights, Mapping):
+            raise ConfigError(f"{where}.weights: expected a mapping env -> weight, got {weights!r}")
+        result = {}
+        for name in self.adapters:
+            value = weights.get(name, 1.0)
+            try:
+                result[name] = float(value)
+            except (TypeError, ValueError):
+                raise ConfigError(f"{where}.weights.{name}: expected a number, got {value!r}") from None
+            if result[name] <= 0:
+                raise ConfigError(f"{where}.weights.{name}: must be > 0, got {value!r}")
+        extra = [k for k in weights if k not in self.adapters]
+        if extra:
+            raise ConfigError(f"{where}.weights.{extra[0]}: no such env configured (configured: "
+                              f"{', '.join(self.adapters)})")
+        return result
+
+    def env_config_json(self, env: str) -> str:
+        """The settings an env was built from, as canonical JSON (travels in ``extra_info``)."""
+        return json.dumps(self.settings[env], sort_keys=True, separators=(",", ":"))
+
+    def seed(self, env: str, index: int) -> int:
+        return int(getattr(self.adapters[env].config, "seed", 0)) + index
+
+    def plan(self, split: str) -> list[TaskRef]:
+        """Rows of ``split`` in a fixed order (verl's sampler shuffles them)."""
+        if split not in SPLITS:
+            raise ConfigError(f"split: expected one of {SPLITS}, got {split!r}")
+        cases = [(env, case) for env, adapter in self.adapters.items() for case in adapter.cases()]
+        if split == "val":
+            return [TaskRef(env, case, VAL_INDEX_OFFSET + i, self.seed(env, VAL_INDEX_OFFSET + i))
+                    for env, case in cases for i in range(self.val_tasks_per_case)]
+        pools = [self.adapters[env].num_tasks(case) for env, case in cases]
+        per_env = {env: sum(1 for e, _ in cases if e == env) for env in self.adapters}
+        case_weights = [self.weights[env] / per_env[env] for env, _ in cases]
+        total = self.size or sum(pools)
+        if self.size is None and len(set(self.weights.values())) == 1 and len(set(pools)) == 1:
+            counts = pools
+        else:
+            counts = _apportion(total, case_weights)
+        refs = []
+        for (env, case), pool, count in zip(cases, pools, counts):
+            # More rows than the pool holds repeat tasks (up-weighting), never invent new ones.
+            refs += [TaskRef(env, case, j % pool, self.seed(env, j % pool)) for j in range(count)]
+        return refs
+
+    def build(self, ref: TaskRef) -> Task:
+        return self.adapters[ref.env].make_task(ref.case, ref.index, ref.seed)
+
+    def row(self, ref: TaskRef, split: str, row_index: int) -> dict[str, Any]:
+        """A row in verl's RL format (``raw_prompt`` is added by the dataset, ``prompt`` by export)."""
+        task = self.build(ref)
+        return task_row(task, split, row_index, self.env_config_json(ref.env))
+
+
+def task_row(task: Task, split: str, row_index: int, env_config: str) -> dict[str, Any]:
+    """The verl RL row of one task: what the agent loop and the reward path read."""
+    return {
+        "data_source": f"{task.env}/{task.case}",
+        "prompt": [dict(m) for m in task.messages],
+        "ability": task.env,
+        "reward_model": {"style": "rule", "ground_truth": task.ground_truth},
+        "extra_info": {
+            "env": task.env,
+            "case": task.case,
+            "task_id": task.task_id,
+            "seed": task.seed,
+            "split": split,
+            "index": row_index,
+            "state": task.state,
+            "env_config": env_config,
+        },
+    }
+
+
+def subsample(refs: list[TaskRef], max_samples: int, seed: int) -> list[TaskRef]:
+    """A seeded random subset of ``max_samples`` rows (all rows if ``max_samples`` <= 0)."""
+    if max_samples is None or max_samples <= 0 or max_samples >= len(refs):
+        return refs
+    picked = sorted(random.Random(seed).sample(range(len(refs)), max_samples))
+    return [refs[i] for i in picked]
+
+
+def config_dict(adapter: EnvAdapter) -> dict[str, Any]:
+    """The full resolved config of an adapter (defaults included), for logs and docs."""
+    return dataclasses.asdict(adapter.config)  # type: ignore[call-overload]

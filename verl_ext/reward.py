@@ -1,0 +1,80 @@
+"""``compute_score`` for verl's reward loop, routed by ``extra_info["env"]`` to the env adapters.
+
+Use with ``reward.custom_reward_function.path=pkg://verl_ext.reward
+reward.custom_reward_function.name=compute_score``. It never raises: a broken row or any
+exception scores 0 and is counted in the ``failed`` metric.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from .envs import EnvAdapter, make_env
+from .envs.config import to_plain
+
+logger = logging.getLogger(__name__)
+# Every call returns exactly these keys (verl turns them into metrics; keys must not vary by sample).
+METRIC_KEYS = ("score", "format_ok", "valid", "task_score", "failed", "reward_ms")
+_MAX_LOGGED_FAILURES = 20
+
+_adapters: dict[tuple[str, str], EnvAdapter] = {}
+_adapters_lock = threading.Lock()
+_failures = 0
+
+
+def _adapter(env: str, env_config: str, overrides: Mapping[str, Any] | None) -> EnvAdapter:
+    """One adapter (with its caches) per distinct (env, settings) in this process."""
+    settings = json.loads(env_config) if env_config else {}
+    if overrides:
+        settings = {**settings, **to_plain(overrides)}
+    key = (env, json.dumps(settings, sort_keys=True))
+    with _adapters_lock:
+        adapter = _adapters.get(key)
+        if adapter is None:
+            adapter = make_env(env, settings)
+            _adapters[key] = adapter
+    return adapter
+
+
+def _result(score: float, format_ok: bool, valid: bool, task_score: float, failed: bool,
+            started: float) -> dict[str, float]:
+    return {
+        "score": float(score),
+        "format_ok": float(format_ok),
+        "valid": float(valid),
+        "task_score": float(task_score),
+        "failed": float(failed),
+        "reward_ms": (time.perf_counter() - started) * 1000.0,
+    }
+
+
+def compute_score(data_source: Any = None, solution_str: Any = None, ground_truth: Any = None,
+                  extra_info: Any = None, env_overrides: Mapping[str, Any] | None = None,
+                  **_: Any) -> dict[str, float]:
+    """Score one response. Returns ``score`` in [0, 1] plus per-sample metrics (see ``METRIC_KEYS``).
+
+    ``env_overrides`` (from ``reward.custom_reward_function.reward_kwargs.env_overrides.<env>.<key>``)
+    changes scoring settings per env, e.g. ``{"openspiel": {"reward_mode": "engine"}}``.
+    Unknown keyword arguments that verl passes (e.g. ``reward_router_address``) are ignored.
+    """
+    global _failures
+    started = time.perf_counter()
+    try:
+        info = to_plain(extra_info) if extra_info is not None else {}
+        if not isinstance(info, Mapping) or "env" not in info:
+            raise ValueError(f"extra_info lacks 'env' (data_source={data_source!r}); was the row made by verl_ext?")
+        env = str(info["env"])
+        overrides = (to_plain(env_overrides) or {}).get(env) if env_overrides else None
+        adapter = _adapter(env, str(info.get("env_config") or ""), overrides)
+        result = adapter.score(str(info["case"]), str(info["state"]), solution_str)
+        return _result(result.score, result.format_ok, result.valid, result.task_score, False, started)
+    except Exception:  # a reward must never take training down; count it and score the minimum
+        _failures += 1
+        if _failures <= _MAX_LOGGED_FAILURES:
+            logger.exception("verl_ext.compute_score failed (data_source=%r); scoring 0", data_source)
+        return _result(0.0, False, False, 0.0, True, started)
