@@ -1,0 +1,53 @@
+"""Every registered adapter and every default case passes the one conformance check."""
+
+import pytest
+
+from verl_ext.envs import env_names, make_env
+from verl_ext.envs.conformance import ConformanceError, check_adapter
+from verl_ext.envs.logic_env import DEFAULT_CASES as LOGIC_CASES
+from verl_ext.envs.openspiel_env import DEFAULT_CASES as GAME_CASES
+
+MCTS_FREE = {"hanabi(players=2)"}  # per-step rewards: OpenSpiel MCTS refuses it (engine mode is rejected)
+CASES = [("openspiel", c, mode) for c in GAME_CASES for mode in ("legal", "outcome", "engine")
+         if not (mode == "engine" and c in MCTS_FREE)]
+CASES += [("logic", c, None) for c in LOGIC_CASES]
+
+
+def test_every_registered_env_is_covered():
+    assert set(env_names()) == {env for env, _, _ in CASES}
+
+
+@pytest.mark.parametrize("env,case,mode", CASES, ids=[f"{e}-{c[:24]}-{m}" for e, c, m in CASES])
+def test_default_case_conforms(env, case, mode):
+    settings = {"cases": [case]}
+    if mode:
+        settings.update(reward_mode=mode, mcts_simulations=40, outcome_playouts=2, playout_max_steps=200)
+    check_adapter(make_env(env, settings), tasks_per_case=3, fresh=make_env(env, settings))
+
+
+class _BrokenAdapter:
+    """Scores a listing of every legal move as correct: the checker must catch it."""
+
+    def __init__(self):
+        self.inner = make_env("openspiel", {"cases": ["tic_tac_toe"]})
+        self.name, self.config = self.inner.name, self.inner.config
+
+    def cases(self):
+        return self.inner.cases()
+
+    def make_task(self, case, index, seed):
+        return self.inner.make_task(case, index, seed)
+
+    def reference_answer(self, task):
+        return self.inner.reference_answer(task)
+
+    def score(self, case, state, response):
+        result = self.inner.score(case, state, response)
+        if isinstance(response, str) and response.count("<answer>") > 1:
+            return type(result)(1.0, True, True, 1.0, None)
+        return result
+
+
+def test_checker_catches_a_loophole():
+    with pytest.raises(ConformanceError, match="hostile output"):
+        check_adapter(_BrokenAdapter(), tasks_per_case=1)
