@@ -1,0 +1,107 @@
+"""The train scripts' commands compose against verl 0.9.1's own Hydra schema (no GPU needed).
+
+Each script prints its full command with --dry-run; we compose verl's config with exactly those
+overrides, so a misspelt or removed verl key fails here, not on a GPU node.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from verl_ext.launch.preflight import check_ppo, compose, main as preflight_main
+
+REPO = Path(__file__).resolve().parents[1]
+GRPO_SCRIPTS = ["openspiel-ppo.sh", "logic-grpo.sh"]
+
+
+def dry_run(script: str, *overrides: str, **env: str) -> list[str]:
+    """The command a script would run, as argv."""
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("RUN_PROFILE", "GAME_TYPES"))}
+    environ.update(env)
+    out = subprocess.run(["bash", str(REPO / "train" / "scripts" / script), "--dry-run", *overrides],
+                         check=True, capture_output=True, text=True, env=environ, cwd=REPO).stdout
+    return shlex.split(out)
+
+
+def overrides_of(argv: list[str]) -> list[str]:
+    index = argv.index("-m")
+    return argv[index + 2:]
+
+
+def value(overrides: list[str], key: str) -> str:
+    return [o.split("=", 1)[1] for o in overrides if o.lstrip("+").split("=", 1)[0] == key][-1]
+
+
+@pytest.mark.parametrize("script", GRPO_SCRIPTS)
+@pytest.mark.parametrize("profile", ["smoke", "full"])
+def test_grpo_command_composes_and_passes_preflight(script, profile):
+    argv = dry_run(script, RUN_PROFILE=profile)
+    assert argv[1:3] == ["-m", "verl.trainer.main_ppo"]
+    cfg = compose("ppo_trainer", overrides_of(argv))
+    assert check_ppo(cfg, check_imports=False) == []
+    assert cfg.algorithm.adv_estimator == "grpo"
+    assert cfg.actor_rollout_ref.model.lora_rank == 32 and cfg.actor_rollout_ref.model.lora_alpha == 32
+    assert cfg.actor_rollout_ref.model.target_modules == "all-linear"
+    assert cfg.actor_rollout_ref.actor.optim.lr == pytest.approx(6e-5)
+    assert cfg.actor_rollout_ref.actor.strategy == "fsdp2" and cfg.actor_rollout_ref.rollout.name == "vllm"
+    assert cfg.data.custom_cls.path == "pkg://verl_ext.dataset"
+    assert cfg.reward.custom_reward_function.name == "compute_score"
+
+
+def test_knobs_map_to_verl_keys():
+    argv = dry_run("openspiel-ppo.sh", ENABLE_LORA="0", FSDP_STRATEGY="fsdp", ROLLOUT_BACKEND="sglang",
+                   LAYERED_SUMMON="1", LORA_ADAPTER_PATH="/ckpt/lora_adapter", GAME_TYPES="hex,go",
+                   N_GPUS_PER_NODE="8", NNODES="2", MODEL_PATH="/models/qwen", RUN_PROFILE="smoke")
+    cfg = compose("ppo_trainer", overrides_of(argv))
+    model, rollout = cfg.actor_rollout_ref.model, cfg.actor_rollout_ref.rollout
+    assert model.lora_rank == 0 and cfg.actor_rollout_ref.actor.optim.lr == pytest.approx(1e-6)
+    assert cfg.actor_rollout_ref.actor.strategy == "fsdp" and cfg.actor_rollout_ref.ref.strategy == "fsdp"
+    assert rollout.name == "sglang" and rollout.layered_summon is True
+    assert model.lora_adapter_path == "/ckpt/lora_adapter" and model.path == "/models/qwen"
+    assert list(cfg.data.env.openspiel.game_types) == ["hex", "go"]
+    assert cfg.trainer.n_gpus_per_node == 8 and cfg.trainer.nnodes == 2
+
+
+def test_extra_arguments_pass_through_as_overrides():
+    argv = dry_run("openspiel-ppo.sh", "trainer.total_training_steps=7", "data.env.openspiel.reward_mode=engine",
+                   "+data.env.openspiel.mcts_simulations=50", RUN_PROFILE="smoke")
+    cfg = compose("ppo_trainer", overrides_of(argv))
+    assert cfg.trainer.total_training_steps == 7
+    assert cfg.data.env.openspiel.reward_mode == "engine" and cfg.data.env.openspiel.mcts_simulations == 50
+    assert check_ppo(cfg, check_imports=False) == []
+
+
+def test_sft_command_composes():
+    argv = dry_run("sft.sh", MODEL_PATH="/models/qwen")
+    assert argv[0] == "torchrun" and "verl.trainer.sft_trainer" in argv
+    cfg = compose("sft_trainer_engine", overrides_of(argv))
+    assert cfg.model.lora_rank == 32 and cfg.data.messages_key == "messages" and cfg.engine.strategy == "fsdp2"
+
+
+@pytest.mark.parametrize("env,message", [
+    ({"TRAIN_BATCH_SIZE": "12"}, "TRAIN_BATCH_SIZE (data.train_batch_size=12) must be a multiple of PPO_MINI_BATCH_SIZE"),
+    ({"ROLLOUT_N": "3", "N_GPUS_PER_NODE": "5"}, "must divide by the GPU count N_GPUS_PER_NODE"),
+    ({"MICRO_BATCH_SIZE_PER_GPU": "5"}, "MICRO_BATCH_SIZE_PER_GPU (actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=5)"),
+    ({"GAME_TYPES": "hexx"}, "'hexx' matches no case"),
+])
+def test_preflight_names_the_variable(env, message, capsys):
+    argv = dry_run("openspiel-ppo.sh", RUN_PROFILE="smoke", **env)
+    assert preflight_main(["--no-import-check", "--", *overrides_of(argv)]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_preflight_rejects_a_misspelt_key(capsys):
+    argv = dry_run("openspiel-ppo.sh", "trainer.total_trainig_steps=3", RUN_PROFILE="smoke")
+    assert preflight_main(["--no-import-check", "--", *overrides_of(argv)]) == 2
+    assert "total_trainig_steps" in capsys.readouterr().err
+
+
+def test_invalid_profile_is_refused():
+    result = subprocess.run(["bash", str(REPO / "train/scripts/openspiel-ppo.sh"), "--dry-run"],
+                            capture_output=True, text=True, env={**os.environ, "RUN_PROFILE": "huge"})
+    assert result.returncode == 2 and "RUN_PROFILE must be smoke or full, got 'huge'" in result.stderr

@@ -1,0 +1,139 @@
+# shellcheck shell=bash
+# shellcheck disable=SC2034  # variables set here are read by the sourcing scripts (TASK_NAME, LAUNCHER, ...)
+# Shared by the train scripts: .env loading, W&B mode, folders, profiles, the GRPO recipe, dry-run, launch.
+# Every knob is an environment variable with a default; every extra argument is a Hydra override.
+
+REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
+PYTHON="${PYTHON:-python3}"
+LAUNCHER=("$PYTHON")  # sft.sh swaps in torchrun
+
+# .env holds secrets (HF_TOKEN, WANDB_API_KEY): exported to the run, never printed.
+load_dotenv() {
+  if [[ -f "$REPO_ROOT/.env" ]]; then
+    set -a
+    # shellcheck disable=SC1091
+    source "$REPO_ROOT/.env"
+    set +a
+  fi
+  if [[ -z "${WANDB_API_KEY:-}" && -z "${WANDB_MODE:-}" ]]; then
+    export WANDB_MODE=offline  # no key: log locally, sync later with `wandb sync`
+  fi
+}
+
+# --dry-run anywhere in the arguments prints the command instead of running it.
+split_flags() {
+  DRY_RUN=0
+  OVERRIDES=()
+  local arg
+  for arg in "$@"; do
+    if [[ "$arg" == "--dry-run" ]]; then DRY_RUN=1; else OVERRIDES+=("$arg"); fi
+  done
+}
+
+# Sizes for RUN_PROFILE=smoke (minutes on one GPU) and full (a real run); each can still be overridden.
+apply_profile() {
+  case "${RUN_PROFILE:=full}" in
+    smoke)
+      : "${TRAIN_BATCH_SIZE:=16}" "${ROLLOUT_N:=4}" "${PPO_MINI_BATCH_SIZE:=16}" "${MICRO_BATCH_SIZE_PER_GPU:=8}"
+      : "${MAX_PROMPT_LENGTH:=1024}" "${MAX_RESPONSE_LENGTH:=64}" "${TOTAL_TRAINING_STEPS:=5}"
+      : "${SAVE_FREQ:=5}" "${TEST_FREQ:=-1}" "${NUM_TASKS_PER_CASE:=64}" "${VAL_TASKS_PER_CASE:=8}"
+      : "${GPU_MEMORY_UTILIZATION:=0.4}" "${ENFORCE_EAGER:=True}" "${VAL_BEFORE_TRAIN:=False}" ;;
+    full)
+      : "${TRAIN_BATCH_SIZE:=128}" "${ROLLOUT_N:=8}" "${PPO_MINI_BATCH_SIZE:=32}" "${MICRO_BATCH_SIZE_PER_GPU:=16}"
+      : "${MAX_PROMPT_LENGTH:=1024}" "${MAX_RESPONSE_LENGTH:=512}" "${TOTAL_TRAINING_STEPS:=300}"
+      : "${SAVE_FREQ:=50}" "${TEST_FREQ:=25}" "${NUM_TASKS_PER_CASE:=2000}" "${VAL_TASKS_PER_CASE:=32}"
+      : "${GPU_MEMORY_UTILIZATION:=0.6}" "${ENFORCE_EAGER:=False}" "${VAL_BEFORE_TRAIN:=True}" ;;
+    *)
+      echo "RUN_PROFILE must be smoke or full, got '${RUN_PROFILE}'" >&2
+      exit 2 ;;
+  esac
+}
+
+# The GRPO recipe: verl main_ppo overrides built from the environment.
+grpo_args() {
+  : "${MODEL_PATH:=Qwen/Qwen2.5-0.5B-Instruct}"
+  : "${ROLLOUT_BACKEND:=vllm}" "${FSDP_STRATEGY:=fsdp2}" "${ENABLE_LORA:=1}"
+  : "${LORA_RANK:=32}" "${LORA_ALPHA:=32}" "${LORA_TARGET_MODULES:=all-linear}" "${LORA_ADAPTER_PATH:=}"
+  : "${LAYERED_SUMMON:=0}" "${ATTN_IMPLEMENTATION:=sdpa}" "${KL_LOSS_COEF:=0.001}"
+  : "${N_GPUS_PER_NODE:=1}" "${NNODES:=1}" "${TENSOR_PARALLEL_SIZE:=1}"
+  : "${PROJECT_NAME:=verl-ext}" "${EXPERIMENT_NAME:=${TASK_NAME}-${RUN_PROFILE}}"
+  : "${CHECKPOINT_DIR:=$REPO_ROOT/checkpoints/$PROJECT_NAME/$EXPERIMENT_NAME}"
+  : "${LOG_DIR:=$REPO_ROOT/logs}" "${LOGGERS:=[console,wandb]}"
+  if [[ "$ENABLE_LORA" == "1" ]]; then
+    : "${LR:=6e-5}"
+    local lora_rank="$LORA_RANK"
+  else
+    : "${LR:=1e-6}"
+    local lora_rank=0
+  fi
+  local layered=False
+  [[ "$LAYERED_SUMMON" == "1" ]] && layered=True
+  ARGS=(
+    algorithm.adv_estimator=grpo
+    data.custom_cls.path=pkg://verl_ext.dataset
+    data.custom_cls.name=DynamicEnvDataset
+    data.train_files=env://train
+    data.val_files=env://val
+    data.train_batch_size="$TRAIN_BATCH_SIZE"
+    data.max_prompt_length="$MAX_PROMPT_LENGTH"
+    data.max_response_length="$MAX_RESPONSE_LENGTH"
+    data.dataloader_num_workers=0
+    +data.env.val_tasks_per_case="$VAL_TASKS_PER_CASE"
+    reward.custom_reward_function.path=pkg://verl_ext.reward
+    reward.custom_reward_function.name=compute_score
+    actor_rollout_ref.model.path="$MODEL_PATH"
+    +actor_rollout_ref.model.override_config.attn_implementation="$ATTN_IMPLEMENTATION"
+    actor_rollout_ref.model.lora_rank="$lora_rank"
+    actor_rollout_ref.model.lora_alpha="$LORA_ALPHA"
+    actor_rollout_ref.model.target_modules="$LORA_TARGET_MODULES"
+    actor_rollout_ref.actor.strategy="$FSDP_STRATEGY"
+    actor_rollout_ref.ref.strategy="$FSDP_STRATEGY"
+    actor_rollout_ref.actor.optim.lr="$LR"
+    actor_rollout_ref.actor.ppo_mini_batch_size="$PPO_MINI_BATCH_SIZE"
+    actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu="$MICRO_BATCH_SIZE_PER_GPU"
+    actor_rollout_ref.actor.use_kl_loss=True
+    actor_rollout_ref.actor.kl_loss_coef="$KL_LOSS_COEF"
+    actor_rollout_ref.rollout.name="$ROLLOUT_BACKEND"
+    actor_rollout_ref.rollout.n="$ROLLOUT_N"
+    actor_rollout_ref.rollout.gpu_memory_utilization="$GPU_MEMORY_UTILIZATION"
+    actor_rollout_ref.rollout.tensor_model_parallel_size="$TENSOR_PARALLEL_SIZE"
+    actor_rollout_ref.rollout.enforce_eager="$ENFORCE_EAGER"
+    actor_rollout_ref.rollout.load_format=safetensors
+    actor_rollout_ref.rollout.layered_summon="$layered"
+    actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu="$MICRO_BATCH_SIZE_PER_GPU"
+    actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu="$MICRO_BATCH_SIZE_PER_GPU"
+    trainer.logger="$LOGGERS"
+    trainer.project_name="$PROJECT_NAME"
+    trainer.experiment_name="$EXPERIMENT_NAME"
+    trainer.default_local_dir="$CHECKPOINT_DIR"
+    trainer.n_gpus_per_node="$N_GPUS_PER_NODE"
+    trainer.nnodes="$NNODES"
+    trainer.total_training_steps="$TOTAL_TRAINING_STEPS"
+    trainer.save_freq="$SAVE_FREQ"
+    trainer.test_freq="$TEST_FREQ"
+    trainer.val_before_train="$VAL_BEFORE_TRAIN"
+    trainer.resume_mode=auto
+  )
+  if [[ -n "$LORA_ADAPTER_PATH" ]]; then
+    ARGS+=(actor_rollout_ref.model.lora_adapter_path="$LORA_ADAPTER_PATH")
+  fi
+}
+
+# Print (--dry-run) or check and run: pre-flight before Ray starts, output tee'd to LOG_DIR.
+launch() {
+  local config_name="$1" module="$2"
+  shift 2
+  local cmd=("${LAUNCHER[@]}" -m "$module" "$@")
+  if [[ "$DRY_RUN" == "1" ]]; then
+    printf '%q ' "${cmd[@]}"
+    printf '\n'
+    return 0
+  fi
+  "$PYTHON" -m verl_ext.launch.preflight --config-name "$config_name" -- "$@"
+  mkdir -p "$LOG_DIR"
+  local stamp log
+  stamp="$(date +%Y%m%d-%H%M%S)"
+  log="$LOG_DIR/${EXPERIMENT_NAME:-run}-$stamp.log"
+  echo "logging to $log"
+  "${cmd[@]}" 2>&1 | tee "$log"
+}

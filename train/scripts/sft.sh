@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Supervised warm-up with verl's SFT trainer on parquet from `verl-ext export --format sft`.
+#   verl-ext export --config data/openspiel.yaml --format sft --out data/sft_train.parquet
+#   verl-ext export --config data/openspiel.yaml --format sft --split val --out data/sft_val.parquet
+#   bash train/scripts/sft.sh [--dry-run] [hydra.key=value ...]
+# shellcheck source-path=SCRIPTDIR
+set -euo pipefail
+# shellcheck source=lib/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
+split_flags "$@"
+load_dotenv
+
+: "${MODEL_PATH:=Qwen/Qwen2.5-0.5B-Instruct}"
+: "${SFT_TRAIN_FILE:=$REPO_ROOT/data/sft_train.parquet}" "${SFT_VAL_FILE:=$REPO_ROOT/data/sft_val.parquet}"
+: "${ENABLE_LORA:=1}" "${LORA_RANK:=32}" "${LORA_ALPHA:=32}" "${FSDP_STRATEGY:=fsdp2}"
+: "${N_GPUS_PER_NODE:=1}" "${NNODES:=1}" "${SFT_EPOCHS:=2}" "${SFT_BATCH_SIZE:=64}" "${SFT_MAX_LENGTH:=1536}"
+: "${MICRO_BATCH_SIZE_PER_GPU:=8}" "${PROJECT_NAME:=verl-ext}" "${EXPERIMENT_NAME:=sft}"
+: "${CHECKPOINT_DIR:=$REPO_ROOT/checkpoints/$PROJECT_NAME/$EXPERIMENT_NAME}" "${LOG_DIR:=$REPO_ROOT/logs}"
+: "${ATTN_IMPLEMENTATION:=sdpa}"
+if [[ "$ENABLE_LORA" == "1" ]]; then : "${LR:=1e-4}"; lora_rank="$LORA_RANK"; else : "${LR:=1e-5}"; lora_rank=0; fi
+ARGS=(
+  data.train_files="$SFT_TRAIN_FILE"
+  data.val_files="$SFT_VAL_FILE"
+  data.messages_key=messages
+  data.train_batch_size="$SFT_BATCH_SIZE"
+  data.micro_batch_size_per_gpu="$MICRO_BATCH_SIZE_PER_GPU"
+  data.max_length="$SFT_MAX_LENGTH"
+  model.path="$MODEL_PATH"
+  model.lora_rank="$lora_rank"
+  model.lora_alpha="$LORA_ALPHA"
+  model.target_modules=all-linear
+  +model.override_config.attn_implementation="$ATTN_IMPLEMENTATION"
+  engine.strategy="$FSDP_STRATEGY"
+  optim.lr="$LR"
+  trainer.project_name="$PROJECT_NAME"
+  trainer.experiment_name="$EXPERIMENT_NAME"
+  trainer.default_local_dir="$CHECKPOINT_DIR"
+  trainer.total_epochs="$SFT_EPOCHS"
+  trainer.n_gpus_per_node="$N_GPUS_PER_NODE"
+  trainer.nnodes="$NNODES"
+  "trainer.logger=[console,wandb]"
+)
+if [[ "$DRY_RUN" != "1" ]]; then
+  for f in "$SFT_TRAIN_FILE" "$SFT_VAL_FILE"; do
+    [[ -f "$f" ]] || { echo "SFT_TRAIN_FILE/SFT_VAL_FILE: no such file '$f' (make it with verl-ext export --format sft)" >&2; exit 2; }
+  done
+fi
+if [[ "$NNODES" != "1" ]]; then
+  echo "NNODES: sft.sh runs torchrun --standalone on one node; got NNODES=$NNODES" >&2
+  exit 2
+fi
+LAUNCHER=(torchrun --standalone --nnodes=1 --nproc_per_node="$N_GPUS_PER_NODE")
+launch sft_trainer_engine verl.trainer.sft_trainer "${ARGS[@]}" ${OVERRIDES[@]+"${OVERRIDES[@]}"}

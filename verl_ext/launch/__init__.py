@@ -1,0 +1,1 @@
+"""Helpers for the train scripts (pre-flight checks before Ray starts)."""

@@ -1,0 +1,162 @@
+"""Pre-flight checks the train scripts run before Ray starts: minutes saved per mistake.
+
+``python -m verl_ext.launch.preflight --config-name ppo_trainer -- <hydra overrides>`` composes verl's
+own Hydra config with the overrides (a misspelt or removed key fails here) and checks the batch
+arithmetic, the rollout backend and our env settings. Messages name the script variable to change.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+# override key -> the variable the train scripts set it from
+SCRIPT_VARIABLE = {
+    "data.train_batch_size": "TRAIN_BATCH_SIZE",
+    "actor_rollout_ref.rollout.n": "ROLLOUT_N",
+    "actor_rollout_ref.actor.ppo_mini_batch_size": "PPO_MINI_BATCH_SIZE",
+    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": "MICRO_BATCH_SIZE_PER_GPU",
+    "trainer.n_gpus_per_node": "N_GPUS_PER_NODE",
+    "trainer.nnodes": "NNODES",
+    "actor_rollout_ref.rollout.tensor_model_parallel_size": "TENSOR_PARALLEL_SIZE",
+    "actor_rollout_ref.rollout.name": "ROLLOUT_BACKEND",
+    "actor_rollout_ref.model.path": "MODEL_PATH",
+    "data.max_prompt_length": "MAX_PROMPT_LENGTH",
+    "data.max_response_length": "MAX_RESPONSE_LENGTH",
+    "data.train_batch_size@sft": "SFT_BATCH_SIZE",
+    "data.micro_batch_size_per_gpu": "MICRO_BATCH_SIZE_PER_GPU",
+}
+
+
+class PreflightError(ValueError):
+    """A setting would fail (or silently misbehave) once the run starts."""
+
+
+def name(key: str, value: Any) -> str:
+    variable = SCRIPT_VARIABLE.get(key)
+    return f"{variable} ({key}={value})" if variable else f"{key}={value}"
+
+
+def compose(config_name: str, overrides: list[str]):
+    """verl's own Hydra config (verl/trainer/config/<config_name>.yaml) with ``overrides`` applied."""
+    import verl
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+
+    config_dir = os.path.join(os.path.dirname(verl.__file__), "trainer", "config")
+    with initialize_config_dir(config_dir=config_dir, version_base=None):
+        try:
+            return hydra_compose(config_name=config_name, overrides=list(overrides))
+        except Exception as err:  # hydra's errors name the bad override; keep them, drop the stack
+            raise PreflightError(f"verl's config rejects the overrides: {err}") from None
+
+
+def _int(cfg: Any, key: str) -> int:
+    from omegaconf import OmegaConf
+
+    return int(OmegaConf.select(cfg, key))
+
+
+def check_ppo(cfg: Any, check_imports: bool = True) -> list[str]:
+    """Problems with a composed ``ppo_trainer`` config (empty list: good to go)."""
+    problems: list[str] = []
+    bs, n = _int(cfg, "data.train_batch_size"), _int(cfg, "actor_rollout_ref.rollout.n")
+    mini = _int(cfg, "actor_rollout_ref.actor.ppo_mini_batch_size")
+    micro = cfg.actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu
+    gpus = _int(cfg, "trainer.n_gpus_per_node") * _int(cfg, "trainer.nnodes")
+    tp = _int(cfg, "actor_rollout_ref.rollout.tensor_model_parallel_size")
+    gpu_names = f"{name('trainer.n_gpus_per_node', cfg.trainer.n_gpus_per_node)} x {name('trainer.nnodes', cfg.trainer.nnodes)}"
+    if bs % mini:
+        problems.append(f"{name('data.train_batch_size', bs)} must be a multiple of "
+                        f"{name('actor_rollout_ref.actor.ppo_mini_batch_size', mini)}")
+    if (bs * n) % gpus:
+        problems.append(f"the rollout batch {name('data.train_batch_size', bs)} x "
+                        f"{name('actor_rollout_ref.rollout.n', n)} = {bs * n} must divide by the GPU count "
+                        f"{gpu_names} = {gpus}")
+    if (mini * n) % gpus:
+        problems.append(f"{name('actor_rollout_ref.actor.ppo_mini_batch_size', mini)} x ROLLOUT_N = {mini * n} "
+                        f"must divide by the GPU count {gpus}")
+    elif micro is not None and ((mini * n) // gpus) % int(micro):
+        problems.append(f"{name('actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu', micro)} must divide the "
+                        f"per-GPU mini batch {(mini * n) // gpus} (PPO_MINI_BATCH_SIZE x ROLLOUT_N / GPUs)")
+    if _int(cfg, "trainer.n_gpus_per_node") % tp:
+        problems.append(f"{name('actor_rollout_ref.rollout.tensor_model_parallel_size', tp)} must divide "
+                        f"{name('trainer.n_gpus_per_node', cfg.trainer.n_gpus_per_node)}")
+    backend = str(cfg.actor_rollout_ref.rollout.name)
+    if check_imports and backend in ("vllm", "sglang") and importlib.util.find_spec(backend) is None:
+        problems.append(f"{name('actor_rollout_ref.rollout.name', backend)}: the {backend} package is not "
+                        f"installed; pip install 'verl-ext[{backend}]' or choose the other backend")
+    problems += _check_model(cfg.actor_rollout_ref.model.path,
+                             _int(cfg, "data.max_prompt_length") + _int(cfg, "data.max_response_length"))
+    if cfg.data.custom_cls.get("path") == "pkg://verl_ext.dataset":
+        problems += _check_envs(cfg)
+    return problems
+
+
+def check_sft(cfg: Any) -> list[str]:
+    """Problems with a composed ``sft_trainer_engine`` config."""
+    problems = []
+    for key in ("train_files", "val_files"):
+        path = cfg.data.get(key)
+        if path and not Path(str(path)).is_file():
+            problems.append(f"data.{key}: no such file {path!r} (make it with `verl-ext export --format sft`)")
+    problems += _check_model(cfg.model.path, _int(cfg, "data.max_length"))
+    return problems
+
+
+def _check_model(path: Any, max_tokens: int) -> list[str]:
+    path = str(path)
+    local = Path(os.path.expanduser(path))
+    if not local.exists():
+        if os.environ.get("HF_HUB_OFFLINE") == "1":
+            return [f"{name('actor_rollout_ref.model.path', path)}: not a local folder and HF_HUB_OFFLINE=1"]
+        return []  # a hub id: downloaded by verl at start
+    if not (local / "config.json").is_file():
+        return [f"{name('actor_rollout_ref.model.path', path)}: folder has no config.json"]
+    config = json.loads((local / "config.json").read_text())
+    limit = config.get("max_position_embeddings")
+    if limit and max_tokens > int(limit):
+        return [f"MAX_PROMPT_LENGTH + MAX_RESPONSE_LENGTH = {max_tokens} exceeds the model's "
+                f"max_position_embeddings={limit}"]
+    return []
+
+
+def _check_envs(cfg: Any) -> list[str]:
+    from ..envs.config import ConfigError
+    from ..mixture import EnvMixture, parse_split
+
+    try:
+        parse_split(cfg.data.train_files)
+        parse_split(cfg.data.val_files)
+        EnvMixture(cfg.data.get("env"))
+    except ConfigError as err:
+        return [str(err)]
+    return []
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m verl_ext.launch.preflight", description=__doc__)
+    parser.add_argument("--config-name", default="ppo_trainer", choices=["ppo_trainer", "sft_trainer_engine"])
+    parser.add_argument("--no-import-check", action="store_true", help="skip checking that vllm/sglang import")
+    parser.add_argument("overrides", nargs="*")
+    args = parser.parse_args(argv)
+    try:
+        cfg = compose(args.config_name, args.overrides)
+    except PreflightError as err:
+        print(f"pre-flight: {err}", file=sys.stderr)
+        return 2
+    problems = check_ppo(cfg, not args.no_import_check) if args.config_name == "ppo_trainer" else check_sft(cfg)
+    for problem in problems:
+        print(f"pre-flight: {problem}", file=sys.stderr)
+    if not problems:
+        print("pre-flight: ok")
+    return 2 if problems else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
