@@ -6,29 +6,7 @@ from pathlib import Path
 
 import pytest
 
-QWEN_STYLE_TEMPLATE = (
-    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
-    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
-
-
-def build_tokenizer(out_dir: Path, texts: list[str]) -> Path:
-    """Train a small byte-level BPE with Qwen-style special tokens and chat template; save it HF-style."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-    trainer = trainers.BpeTrainer(vocab_size=1024, special_tokens=specials,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tok.train_from_iterator(texts, trainer)
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
-                                   bos_token=None, unk_token=None)
-    fast.chat_template = QWEN_STYLE_TEMPLATE
-    fast.save_pretrained(out_dir)
-    return out_dir
+from verl_ext.tiny_model import build_tokenizer
 
 
 @pytest.fixture(scope="session")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import random
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, ClassVar
 
@@ -118,8 +118,6 @@ class _Position:
     state: pyspiel.State
     player: int
     moves: dict[str, int]
-    analysis: dict[int, float] | None = None
-    outcomes: dict[int, float] = field(default_factory=dict)
 
 
 class OpenSpielAdapter:
@@ -133,7 +131,7 @@ class OpenSpielAdapter:
         self._cases = self._resolve_cases(config, where)
         self._positions: OnceLRU[_Position] = OnceLRU(config.cache_size)
         self._analyses: OnceLRU[dict[int, float]] = OnceLRU(config.cache_size)
-        self._outcomes: OnceLRU[float] = OnceLRU(config.cache_size * 8)
+        self._outcomes: OnceLRU[dict[int, float]] = OnceLRU(config.cache_size)
 
     # ----------------------------------------------------------------- configuration
     @staticmethod
@@ -288,7 +286,7 @@ class OpenSpielAdapter:
         if cfg.reward_mode == "legal":
             task_score = 1.0
         elif cfg.reward_mode == "outcome":
-            task_score = self._outcome(case, state, position, action)
+            task_score = self._outcomes_table(case, state, position)[action]
         else:
             analysis = self._analysis(case, state, position)
             best = max(analysis.values())
@@ -304,30 +302,37 @@ class OpenSpielAdapter:
     def _stable_seed(self, *parts: object) -> int:
         return zlib.crc32("|".join(map(str, parts)).encode()) ^ self.config.seed
 
-    def _outcome(self, case: str, state_str: str, position: _Position, action: int) -> float:
-        """Mean normalised return of the mover after ``action`` and a continuation to the end."""
+    def _outcomes_table(self, case: str, state_str: str, position: _Position) -> dict[int, float]:
+        """Mean normalised return of the mover after each legal move and a continuation to the end.
 
-        def playouts() -> float:
+        Computed for every legal move at once and cached per position, so the n samples of a GRPO
+        group share one analysis whichever moves they pick.
+        """
+
+        def playouts() -> dict[int, float]:
             game = load_game(case)
-            rng = random.Random(self._stable_seed(case, state_str, action))
+            rng = random.Random(self._stable_seed(case, state_str))
             bot = self._mcts_bot(game, rng.getrandbits(31)) if self.config.continuation == "mcts" else None
-            total = 0.0
-            for _ in range(self.config.outcome_playouts):
-                state = position.state.clone()
-                state.apply_action(action)
-                steps = 0
-                while not state.is_terminal() and steps < self.config.playout_max_steps:
-                    if state.is_chance_node():
-                        state.apply_action(_sample_chance(state, rng))
-                    elif bot is not None:
-                        state.apply_action(bot.step(state))
-                    else:
-                        state.apply_action(rng.choice(state.legal_actions()))
-                    steps += 1
-                total += self._normalise(game, state.returns()[position.player])
-            return total / self.config.outcome_playouts
+            table = {}
+            for action in sorted(position.moves.values()):
+                total = 0.0
+                for _ in range(self.config.outcome_playouts):
+                    state = position.state.clone()
+                    state.apply_action(action)
+                    steps = 0
+                    while not state.is_terminal() and steps < self.config.playout_max_steps:
+                        if state.is_chance_node():
+                            state.apply_action(_sample_chance(state, rng))
+                        elif bot is not None:
+                            state.apply_action(bot.step(state))
+                        else:
+                            state.apply_action(rng.choice(state.legal_actions()))
+                        steps += 1
+                    total += self._normalise(game, state.returns()[position.player])
+                table[action] = total / self.config.outcome_playouts
+            return table
 
-        return self._outcomes.get_or_compute((case, state_str, action), playouts)
+        return self._outcomes.get_or_compute((case, state_str), playouts)
 
     def _mcts_bot(self, game: pyspiel.Game, seed: int) -> mcts.MCTSBot:
         evaluator = mcts.RandomRolloutEvaluator(
@@ -366,7 +371,7 @@ class OpenSpielAdapter:
         if game.get_type().reward_model == pyspiel.GameType.RewardModel.TERMINAL:
             values = self._analysis(case, state_str, position)
         else:
-            values = {a: self._outcome(case, state_str, position, a) for a in position.moves.values()}
+            values = self._outcomes_table(case, state_str, position)
         best_action = max(position.moves.values(), key=lambda a: (values.get(a, 0.0), -a))
         return next(move for move, action in position.moves.items() if action == best_action)
 

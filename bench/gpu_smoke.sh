@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# The GPU evidence run (lent H100, no network): install the carried wheel chunks, build a random-init
+# Qwen2.5-0.5B-shaped model, run smoke GRPO (LoRA, FSDP2, vLLM) for 5 steps with a checkpoint, then
+# resume it for 2 more steps. Logs and per-step metrics go to $OUT (default ./outputs/gpu_smoke).
+#   bash bench/gpu_smoke.sh install|model|train|resume|summary   (or: all)
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+: "${OUT:=outputs/gpu_smoke}" "${CHUNKS:=/tmp/chunks}" "${SITE:=/tmp/site}" "${MODEL_DIR:=/tmp/qwen2.5-0.5b-random}"
+: "${WORK:=/tmp/verl-ext-smoke}"
+mkdir -p "$OUT" "$WORK"
+export PYTHONPATH="$SITE:$PWD" VLLM_USE_FLASHINFER_SAMPLER=0 RAY_AUTH_MODE=disabled PYTHONUNBUFFERED=1
+export HF_HUB_OFFLINE=1 WANDB_MODE=offline TOKENIZERS_PARALLELISM=false
+export RUN_PROFILE=smoke MODEL_PATH="$MODEL_DIR" GAME_TYPES="${GAME_TYPES:-tic_tac_toe,connect_four}"
+export EXPERIMENT_NAME=gpu-smoke CHECKPOINT_DIR="$WORK/checkpoints" LOG_DIR="$OUT" LOGGERS='[console,file]'
+
+step_install() {
+  python3 -m verl_ext.wheelhouse install --chunks "$CHUNKS" --target-dir "$SITE" 2>&1 | tail -5
+}
+step_model() {
+  python3 -m verl_ext.tiny_model --shape qwen2.5-0.5b --out "$MODEL_DIR" --game-types "$GAME_TYPES"
+}
+step_train() {
+  VERL_FILE_LOGGER_PATH="$OUT/metrics_train.jsonl" bash train/scripts/openspiel-ppo.sh \
+    trainer.total_training_steps=5 trainer.save_freq=5 "$@"
+}
+step_resume() {
+  VERL_FILE_LOGGER_PATH="$OUT/metrics_resume.jsonl" bash train/scripts/openspiel-ppo.sh \
+    trainer.total_training_steps=7 trainer.save_freq=7 "$@"
+}
+step_summary() {
+  python3 bench/summarize_run.py "$OUT"/metrics_*.jsonl --samples-per-step 64 --out "$OUT/summary.json"
+  find "$CHECKPOINT_DIR" -maxdepth 3 -printf "%p %s\n" > "$OUT/checkpoints.txt" 2>&1 || true
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$OUT/gpu.txt" 2>&1 || true
+}
+
+what="${1:-all}"
+shift || true
+case "$what" in
+  install) step_install ;;
+  model) step_model ;;
+  train) step_train "$@" ;;
+  resume) step_resume "$@" ;;
+  summary) step_summary ;;
+  all) step_install; step_model; step_train "$@"; step_resume "$@"; step_summary ;;
+  *) echo "usage: bench/gpu_smoke.sh install|model|train|resume|summary|all" >&2; exit 2 ;;
+esac
