@@ -37,12 +37,14 @@ apply_profile() {
       : "${TRAIN_BATCH_SIZE:=16}" "${ROLLOUT_N:=4}" "${PPO_MINI_BATCH_SIZE:=16}" "${MICRO_BATCH_SIZE_PER_GPU:=8}"
       : "${MAX_PROMPT_LENGTH:=1024}" "${MAX_RESPONSE_LENGTH:=64}" "${TOTAL_TRAINING_STEPS:=5}"
       : "${SAVE_FREQ:=5}" "${TEST_FREQ:=-1}" "${NUM_TASKS_PER_CASE:=64}" "${VAL_TASKS_PER_CASE:=8}"
-      : "${GPU_MEMORY_UTILIZATION:=0.4}" "${ENFORCE_EAGER:=True}" "${VAL_BEFORE_TRAIN:=False}" ;;
+      : "${GPU_MEMORY_UTILIZATION:=0.4}" "${ENFORCE_EAGER:=True}" "${VAL_BEFORE_TRAIN:=False}"
+      : "${DATALOADER_WORKERS:=0}" ;;
     full)
       : "${TRAIN_BATCH_SIZE:=128}" "${ROLLOUT_N:=8}" "${PPO_MINI_BATCH_SIZE:=32}" "${MICRO_BATCH_SIZE_PER_GPU:=16}"
       : "${MAX_PROMPT_LENGTH:=1024}" "${MAX_RESPONSE_LENGTH:=512}" "${TOTAL_TRAINING_STEPS:=300}"
       : "${SAVE_FREQ:=50}" "${TEST_FREQ:=25}" "${NUM_TASKS_PER_CASE:=2000}" "${VAL_TASKS_PER_CASE:=32}"
-      : "${GPU_MEMORY_UTILIZATION:=0.6}" "${ENFORCE_EAGER:=False}" "${VAL_BEFORE_TRAIN:=True}" ;;
+      : "${GPU_MEMORY_UTILIZATION:=0.6}" "${ENFORCE_EAGER:=False}" "${VAL_BEFORE_TRAIN:=True}"
+      : "${DATALOADER_WORKERS:=4}" ;;
     *)
       echo "RUN_PROFILE must be smoke or full, got '${RUN_PROFILE}'" >&2
       exit 2 ;;
@@ -77,7 +79,7 @@ grpo_args() {
     data.train_batch_size="$TRAIN_BATCH_SIZE"
     data.max_prompt_length="$MAX_PROMPT_LENGTH"
     data.max_response_length="$MAX_RESPONSE_LENGTH"
-    data.dataloader_num_workers=0
+    data.dataloader_num_workers="$DATALOADER_WORKERS"
     +data.env.val_tasks_per_case="$VAL_TASKS_PER_CASE"
     reward.custom_reward_function.path=pkg://verl_ext.reward
     reward.custom_reward_function.name=compute_score
