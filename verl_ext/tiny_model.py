@@ -77,11 +77,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shape", choices=sorted(SHAPES), default="tiny")
     parser.add_argument("--vocab-size", type=int, default=4096)
     parser.add_argument("--game-types", default="tic_tac_toe,connect_four,hex,breakthrough,othello")
+    parser.add_argument("--logic-cases", default="", help="reasoning-gym datasets whose prompts the tokenizer sees")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     out = Path(args.out)
-    section = {"openspiel": {"game_types": args.game_types.split(","), "num_tasks_per_case": 64},
-               "logic": {"num_tasks_per_case": 16}}
+    section: dict = {"openspiel": {"game_types": args.game_types.split(","), "num_tasks_per_case": 64}}
+    if args.logic_cases:
+        section["logic"] = {"cases": args.logic_cases.split(","), "num_tasks_per_case": 16}
     build_tokenizer(out, env_corpus(section), args.vocab_size)
     build_qwen2(out, args.shape, out, seed=args.seed)
     print(f"wrote a random-init {args.shape} Qwen2 model and tokenizer to {out}")

@@ -6,10 +6,6 @@ import json
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-import reasoning_gym
-from reasoning_gym.dataset import ProceduralDataset
-from reasoning_gym.factory import DATASETS
-
 from .answer import parse_answer
 from .base import ScoreResult, Task
 from .caching import OnceLRU
@@ -77,7 +73,11 @@ class LogicAdapter:
         self._floors: OnceLRU[float] = OnceLRU(config.cache_size)
 
     @staticmethod
-    def _build_datasets(cases: Any, where: str) -> dict[str, ProceduralDataset]:
+    def _build_datasets(cases: Any, where: str) -> dict[str, Any]:
+        # Imported here so game-only runs need no reasoning-gym (it imports all of its 100+ datasets).
+        import reasoning_gym
+        from reasoning_gym.factory import DATASETS
+
         if cases is None:
             cases = list(DEFAULT_CASES)
         if isinstance(cases, str):
@@ -85,7 +85,7 @@ class LogicAdapter:
         items = list(cases.items()) if isinstance(cases, dict) else [(name, {}) for name in cases]
         if not items:
             raise ConfigError(f"{where}.cases: is empty; name at least one reasoning-gym dataset")
-        datasets: dict[str, ProceduralDataset] = {}
+        datasets: dict[str, Any] = {}
         for name, options in items:
             if name not in DATASETS:
                 raise ConfigError(f"{where}.cases: unknown reasoning-gym dataset {name!r} "
