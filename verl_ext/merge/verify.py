@@ -1,0 +1,145 @@
+"""`--verify`: run the same input through the written model and a reference, compare fp32 logits.
+
+* Full fine-tune: the written model (loaded with transformers) against a model built from the rank shards
+  by a deliberately simple, non-streaming loader (`torch.cat` of the DTensor local pieces), with the
+  reference weights rounded to the output dtype first so both sides hold the same numbers.
+* LoRA: the exported adapter on the base weights against the PEFT model rebuilt from the raw shards; the
+  merged model (`merge_and_unload`, done in fp32) against base+adapter; and the written merged model
+  against the fp32 merge rounded to the output dtype (bit-identical weights expected).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch.distributed.tensor import DTensor, Shard
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
+
+from .errors import MergeError, VerificationError
+from .shards import load_shard_file
+
+LOGIT_TOLERANCE = 1e-4
+PROBE_TEXT = "Solve the puzzle step by step. The quick brown fox jumps over the lazy dog; X to move, answer 42."
+
+
+@dataclass(frozen=True)
+class Check:
+    """One verification result; `tolerance=None` marks an informational number."""
+
+    label: str
+    max_abs_diff: float
+    tolerance: float | None = LOGIT_TOLERANCE
+
+    @property
+    def passed(self) -> bool:
+        return self.tolerance is None or self.max_abs_diff <= self.tolerance
+
+    def describe(self) -> str:
+        if self.tolerance is None:
+            return f"{self.label}: max abs logit diff {self.max_abs_diff:.3e} (informational)"
+        verdict = "OK" if self.passed else "FAILED"
+        return f"{self.label}: max abs logit diff {self.max_abs_diff:.3e} (<= {self.tolerance:.0e}) {verdict}"
+
+
+def raise_on_failure(checks: list[Check]) -> None:
+    """Raise VerificationError listing every failed check."""
+    failed = [c.describe() for c in checks if not c.passed]
+    if failed:
+        raise VerificationError("verification failed: " + "; ".join(failed))
+
+
+def probe_input_ids(tokenizer_dir: Path | None, vocab_size: int, trust_remote_code: bool) -> torch.Tensor:
+    """Token ids of a fixed prompt from the output's tokenizer (fixed pseudo-random ids if there is none)."""
+    ids: list[int] = []
+    if tokenizer_dir is not None:
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir), trust_remote_code=trust_remote_code)
+            ids = [i for i in tokenizer(PROBE_TEXT)["input_ids"] if 0 <= i < vocab_size]
+        except (OSError, ValueError, KeyError, TypeError):
+            ids = []
+    if len(ids) < 8:
+        ids = [(7919 * k + 13) % vocab_size for k in range(24)]
+    return torch.tensor([ids], dtype=torch.long)
+
+
+@torch.no_grad()
+def fp32_logits(model: torch.nn.Module, input_ids: torch.Tensor) -> torch.Tensor:
+    """Logits of `model` (cast to float32 in place) for `input_ids`."""
+    model.float().eval()
+    return model(input_ids=input_ids).logits.float()
+
+
+def compare(label: str, got: torch.Tensor, want: torch.Tensor, tolerance: float | None = LOGIT_TOLERANCE) -> Check:
+    """Max abs difference of two logit tensors."""
+    if got.shape != want.shape:
+        raise VerificationError(f"{label}: logits shapes differ {tuple(got.shape)} vs {tuple(want.shape)}")
+    return Check(label, float((got - want).abs().max()), tolerance)
+
+
+def load_written_model(model_dir: Path, trust_remote_code: bool) -> PreTrainedModel:
+    """Load a written model with plain transformers, as a user would, in float32."""
+    try:
+        return AutoModelForCausalLM.from_pretrained(
+            str(model_dir), dtype=torch.float32, trust_remote_code=trust_remote_code
+        ).eval()
+    except (OSError, ValueError, RuntimeError) as exc:
+        raise VerificationError(f"transformers cannot load the written model in {model_dir}: {exc}") from exc
+
+
+def load_reference_state_dict(model_files: tuple[Path, ...], allow_unsafe_pickle: bool) -> dict[str, torch.Tensor]:
+    """Full state dict straight from the rank shards: every rank loaded, DTensor pieces concatenated.
+
+    Independent of the streaming merge on purpose (no ShardReader, no writer), so it can check it.
+    """
+    states = [load_shard_file(p, allow_unsafe_pickle=allow_unsafe_pickle) for p in model_files]
+    full: dict[str, torch.Tensor] = {}
+    for name, value in states[0].items():
+        if not isinstance(value, DTensor):
+            full[name] = value.clone()
+            continue
+        mesh = value.device_mesh.mesh
+        replica_ranks = mesh.reshape(-1, mesh.shape[-1])[0].tolist()  # HSDP: first replica group
+        placement = value.placements[-1]
+        if isinstance(placement, Shard):
+            pieces = [states[r][name]._local_tensor for r in replica_ranks]
+            full[name] = torch.cat(pieces, dim=placement.dim)
+        else:
+            full[name] = value._local_tensor.clone()
+    return full
+
+
+def check_tied_aliases(full: dict[str, torch.Tensor], aliases: dict[str, str]) -> None:
+    """Tied weights (e.g. `lm_head.weight` = `model.embed_tokens.weight`) must be equal in the checkpoint,
+    since only one copy is written."""
+    for alias, canonical in aliases.items():
+        if alias in full and canonical in full and not torch.equal(full[alias], full[canonical]):
+            raise VerificationError(f"tied weights differ in the checkpoint: {alias!r} != {canonical!r}")
+
+
+def rounded_to(tensors: dict[str, torch.Tensor], dtype: torch.dtype | None) -> dict[str, torch.Tensor]:
+    """Round floating tensors through `dtype` (None: keep) and return them as float32."""
+    out = {}
+    for name, tensor in tensors.items():
+        if tensor.is_floating_point():
+            out[name] = (tensor.to(dtype) if dtype is not None else tensor).float()
+        else:
+            out[name] = tensor
+    return out
+
+
+def assert_same_weights(written: PreTrainedModel, expected: dict[str, torch.Tensor], label: str) -> int:
+    """Bitwise comparison of the written model's state dict with `expected`; returns the count compared."""
+    state = written.state_dict()
+    compared = 0
+    for name, tensor in expected.items():
+        if name not in state:
+            raise VerificationError(f"{label}: written model lacks {name!r}")
+        if not torch.equal(state[name].to(tensor.dtype), tensor):
+            diff = float((state[name].float() - tensor.float()).abs().max())
+            raise VerificationError(f"{label}: {name!r} differs (max abs diff {diff:.3e})")
+        compared += 1
+    if compared == 0:
+        raise MergeError(f"{label}: nothing to compare")
+    return compared
