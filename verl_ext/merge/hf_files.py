@@ -12,6 +12,8 @@ from transformers import GenerationConfig, PretrainedConfig
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".h5", ".msgpack")
 WEIGHT_INDEX_NAMES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
 GENERATION_CONFIG_NAME = "generation_config.json"
+# A model dir holding adapter_config.json is taken for a PEFT adapter by transformers' from_pretrained.
+ADAPTER_FILE_NAMES = ("adapter_config.json", "adapter_model.safetensors", "adapter_model.bin")
 
 
 def copy_non_weight_files(src_dir: Path, dst_dir: Path, skip: tuple[str, ...] = ()) -> list[str]:
@@ -32,7 +34,7 @@ def write_model_metadata(hf_dir: Path, out_dir: Path, config: PretrainedConfig, 
     The generation config comes from the checkpoint when verl saved one (it copies the base model's), else it
     is derived from the model config, as `save_pretrained` would.
     """
-    copy_non_weight_files(hf_dir, out_dir, skip=("config.json",))
+    copy_non_weight_files(hf_dir, out_dir, skip=("config.json", *ADAPTER_FILE_NAMES))
     config = copy.deepcopy(config)
     config.dtype = dtype
     config.save_pretrained(str(out_dir))
@@ -41,5 +43,5 @@ def write_model_metadata(hf_dir: Path, out_dir: Path, config: PretrainedConfig, 
 
 
 def copy_tokenizer_files(src_dir: Path, dst_dir: Path) -> list[str]:
-    """Copy tokenizer/processor files (everything but weights, config and generation config)."""
-    return copy_non_weight_files(src_dir, dst_dir, skip=("config.json", GENERATION_CONFIG_NAME))
+    """Copy tokenizer/processor files (everything but weights, adapter files, config and generation config)."""
+    return copy_non_weight_files(src_dir, dst_dir, skip=("config.json", GENERATION_CONFIG_NAME, *ADAPTER_FILE_NAMES))

@@ -107,9 +107,10 @@ def make_lora_config(
 
 def build_meta_peft_model(config: PretrainedConfig, lora_config: LoraConfig, trust_remote_code: bool) -> PeftModel:
     """The PeftModel verl trained, on the meta device (for key checks and adapter export)."""
+    requested_base = lora_config.base_model_name_or_path
     peft_model = get_peft_model(build_meta_model(config, trust_remote_code), lora_config)
-    # get_peft_model fills in the base path from the config; keep what the caller asked for.
-    peft_model.peft_config["default"].base_model_name_or_path = lora_config.base_model_name_or_path
+    # get_peft_model records the config's local path as the base; keep what the caller asked for.
+    peft_model.peft_config["default"].base_model_name_or_path = requested_base
     return peft_model
 
 
