@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import torch
@@ -23,8 +22,8 @@ def load_model_config(hf_dir: Path, trust_remote_code: bool) -> PretrainedConfig
                 f"{hf_dir / 'config.json'} needs custom code; re-run with --trust-remote-code if you trust it"
             ) from exc
         raise MergeError(f"cannot load the model config from {hf_dir}: {exc}") from exc
-    except (OSError, json.JSONDecodeError) as exc:
-        raise MergeError(f"cannot load the model config from {hf_dir}: {exc}") from exc
+    except Exception as exc:  # OSError, JSON errors, huggingface_hub's strict-dataclass validation errors, ...
+        raise MergeError(f"cannot load the model config from {hf_dir}: {type(exc).__name__}: {exc}") from exc
 
 
 def build_meta_model(config: PretrainedConfig, trust_remote_code: bool) -> PreTrainedModel:

@@ -108,8 +108,9 @@ def make_lora_config(
 def build_meta_peft_model(config: PretrainedConfig, lora_config: LoraConfig, trust_remote_code: bool) -> PeftModel:
     """The PeftModel verl trained, on the meta device (for key checks and adapter export)."""
     requested_base = lora_config.base_model_name_or_path
+    # get_peft_model records (and warns about) the config's own path as the base; set the requested one after.
+    lora_config.base_model_name_or_path = None
     peft_model = get_peft_model(build_meta_model(config, trust_remote_code), lora_config)
-    # get_peft_model records the config's local path as the base; keep what the caller asked for.
     peft_model.peft_config["default"].base_model_name_or_path = requested_base
     return peft_model
 
