@@ -18,15 +18,18 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
 import torch
-from peft import LoraConfig, PeftModel, get_peft_model
-from peft.utils import get_peft_model_state_dict
 from safetensors.torch import save_file
 from transformers import PretrainedConfig, PreTrainedModel
 
 from .architecture import build_meta_model
 from .errors import MergeError
 from .layout import LoraTrainMeta
+
+if TYPE_CHECKING:  # peft is imported where used: full fine-tune merges do not need it
+    from peft import LoraConfig, PeftModel
 
 PEFT_PREFIX = "base_model.model."
 ADAPTER_WEIGHTS_NAME = "adapter_model.safetensors"
@@ -86,6 +89,8 @@ def make_lora_config(
     meta_path: Path,
 ) -> LoraConfig:
     """The LoraConfig verl trained with: rank from the tensors, alpha from `lora_train_meta.json` (or override)."""
+    from peft import LoraConfig
+
     if meta is not None and meta.rank != adapter.rank:
         raise MergeError(f"{meta_path} says r={meta.rank} but the lora_A/lora_B tensors have rank {adapter.rank}")
     alpha = alpha_override if alpha_override is not None else (meta.alpha if meta else None)
@@ -107,6 +112,8 @@ def make_lora_config(
 
 def build_meta_peft_model(config: PretrainedConfig, lora_config: LoraConfig, trust_remote_code: bool) -> PeftModel:
     """The PeftModel verl trained, on the meta device (for key checks and adapter export)."""
+    from peft import get_peft_model
+
     requested_base = lora_config.base_model_name_or_path
     # get_peft_model records (and warns about) the config's own path as the base; set the requested one after.
     lora_config.base_model_name_or_path = None
@@ -117,6 +124,8 @@ def build_meta_peft_model(config: PretrainedConfig, lora_config: LoraConfig, tru
 
 def write_adapter(out_dir: Path, meta_peft_model: PeftModel, lora_tensors: dict[str, torch.Tensor]) -> None:
     """Save `adapter_config.json` + `adapter_model.safetensors` exactly as `PeftModel.save_pretrained` names them."""
+    from peft.utils import get_peft_model_state_dict
+
     out_dir.mkdir(parents=True, exist_ok=True)
     adapter_state = get_peft_model_state_dict(meta_peft_model, state_dict=lora_tensors)
     if len(adapter_state) != len(lora_tensors):
@@ -127,6 +136,8 @@ def write_adapter(out_dir: Path, meta_peft_model: PeftModel, lora_tensors: dict[
 
 def attach_adapter(base_model: PreTrainedModel, adapter_dir: Path | str) -> PeftModel:
     """Load a PEFT adapter dir onto `base_model` (as `PeftModel.from_pretrained`), with readable errors."""
+    from peft import PeftModel
+
     try:
         return PeftModel.from_pretrained(base_model, str(adapter_dir), is_trainable=False)
     except (ValueError, KeyError, RuntimeError, OSError) as exc:

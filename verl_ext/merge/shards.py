@@ -22,8 +22,10 @@ from verl.model_merger.fsdp_model_merger import merge_non_dtensor_shards
 
 from .errors import MergeError
 
-# Pages of the mmapped shards count towards RSS until unmapped; re-open the files after reading this much.
-DEFAULT_READ_BUDGET_BYTES = 256 * 1024**2
+# Pages of the mmapped shards count towards RSS until unmapped; re-open a file after reading this much of it.
+DEFAULT_READ_BUDGET_BYTES = 128 * 1024**2
+# Converted (dtype-cast) copies are made this many bytes at a time.
+CONVERT_BLOCK_BYTES = 32 * 1024**2
 
 
 def load_shard_file(path: Path, *, mmap: bool = True, allow_unsafe_pickle: bool = False) -> dict:
@@ -151,7 +153,11 @@ def build_tensor_index(
 
 
 class ShardReader:
-    """Hands out the local pieces of one checkpoint entry at a time from mmapped rank files."""
+    """Hands out the local pieces of one checkpoint entry at a time from mmapped rank files.
+
+    Reading a piece faults its pages in, and they stay resident while the file is mapped, so a rank's
+    mapping is dropped once `read_budget_bytes` of it has been read (it is re-mapped on next use).
+    """
 
     def __init__(
         self,
@@ -164,7 +170,7 @@ class ShardReader:
         self.allow_unsafe_pickle = allow_unsafe_pickle
         self.read_budget_bytes = read_budget_bytes
         self._open: dict[int, dict] = {}
-        self._bytes_since_open = 0
+        self._bytes_read: dict[int, int] = {}
 
     def open_all(self) -> list[dict]:
         """Map every rank file (metadata only: no tensor data is read)."""
@@ -173,35 +179,42 @@ class ShardReader:
     def _state(self, rank: int) -> dict:
         if rank not in self._open:
             self._open[rank] = load_shard_file(self.model_files[rank], allow_unsafe_pickle=self.allow_unsafe_pickle)
+            self._bytes_read[rank] = 0
         return self._open[rank]
+
+    def _drop_if_over_budget(self, rank: int) -> None:
+        if self._bytes_read.get(rank, 0) >= self.read_budget_bytes:
+            del self._open[rank]
+            self._bytes_read[rank] = 0
+            # The mapping goes away with the last tensor view of the file (no reference cycles: no gc needed).
 
     def release(self) -> None:
         """Unmap all files so the pages read so far leave the resident set."""
         self._open.clear()
-        self._bytes_since_open = 0
+        self._bytes_read.clear()
         gc.collect()
 
     def _local(self, rank: int, name: str) -> torch.Tensor:
+        self._drop_if_over_budget(rank)
         value = self._state(rank).get(name)
         if value is None:
             raise MergeError(f"{self.model_files[rank]} has no entry {name!r}")
-        return value._local_tensor if isinstance(value, DTensor) else value
+        local = value._local_tensor if isinstance(value, DTensor) else value
+        self._bytes_read[rank] += local.nbytes
+        return local
 
     def pieces(self, info: TensorInfo) -> list[torch.Tensor]:
         """Local pieces of `info` in concatenation order (views into the mapped files)."""
-        if self._bytes_since_open and self._bytes_since_open + info.nbytes > self.read_budget_bytes:
-            self.release()
-        self._bytes_since_open += info.nbytes
         if info.shard_dim is not None:
             return [self._local(rank, info.name) for rank in info.ranks]
-        first = self._local(info.ranks[0], info.name)
+        copies = [self._local(rank, info.name) for rank in info.ranks]
         if not info.is_dtensor:
             # Same rule as verl's merger: a plain entry must be identical on every rank.
             try:
-                merge_non_dtensor_shards(info.name, [self._local(rank, info.name) for rank in info.ranks])
+                merge_non_dtensor_shards(info.name, copies)
             except ValueError as exc:
                 raise MergeError(f"{exc} (shards in {self.model_files[0].parent})") from exc
-        return [first]
+        return copies[:1]
 
     def full_tensor(self, info: TensorInfo, dtype: torch.dtype | None = None) -> torch.Tensor:
         """The whole entry as one new tensor (cast to `dtype` if given)."""
@@ -220,11 +233,25 @@ class ShardReader:
     def iter_byte_chunks(self, info: TensorInfo, dtype: torch.dtype) -> Iterator[torch.Tensor]:
         """Yield contiguous tensors whose bytes, concatenated, are the row-major bytes of the full entry.
 
-        Pieces split along dim 0 are already row-major slices of the result, so they are streamed one at a
-        time; any other split is assembled first.
+        Pieces split along dim 0 are already row-major slices of the result, so they are streamed one rank at
+        a time (a large tensor never has all its source pages resident); any other split is assembled first.
         """
-        if info.shard_dim not in (0, None):
+        if info.shard_dim is None:
+            yield from _row_blocks(self.pieces(info)[0], dtype)
+        elif info.shard_dim != 0:
             yield self.full_tensor(info, dtype)
-            return
-        for piece in self.pieces(info):
-            yield piece.to(dtype).contiguous()
+        else:
+            for rank in info.ranks:
+                yield from _row_blocks(self._local(rank, info.name), dtype)
+                self._drop_if_over_budget(rank)  # before the next rank's piece is read
+
+
+def _row_blocks(tensor: torch.Tensor, dtype: torch.dtype) -> Iterator[torch.Tensor]:
+    """`tensor` cast to `dtype` as contiguous blocks of rows (dim 0), in order."""
+    if tensor.dim() == 0 or tensor.shape[0] == 0:
+        yield tensor.to(dtype).contiguous()
+        return
+    row_bytes = max(1, tensor[0].numel() * max(dtype.itemsize, tensor.dtype.itemsize))
+    rows = max(1, CONVERT_BLOCK_BYTES // row_bytes)
+    for block in tensor.split(rows, dim=0):
+        yield block.to(dtype).contiguous()

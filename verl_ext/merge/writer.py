@@ -147,6 +147,7 @@ class ShardedSafetensorsWriter:
             raw = chunk.reshape(-1).view(torch.uint8).numpy()
             self._file.write(memoryview(raw))
             written += raw.nbytes
+            del raw, chunk  # before the next chunk is produced: a chunk may pin an mmapped shard file
         if written != planned.nbytes:
             raise MergeError(f"{name!r}: wrote {written} bytes, expected {planned.nbytes} for shape {planned.shape}")
         self._next += 1
