@@ -27,11 +27,16 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 LORA_ALPHA, LORA_RANK = 8, 4
 
 
+def shared_dir(tmp_path_factory, name: str) -> Path:
+    """A dir shared by all pytest-xdist workers of this session (guard it with a FileLock)."""
+    base_temp = tmp_path_factory.getbasetemp()
+    return (base_temp.parent if os.environ.get("PYTEST_XDIST_WORKER") else base_temp) / name
+
+
 @pytest.fixture(scope="module")
 def ckpts(tmp_path_factory) -> dict[str, Path]:
     """Build the checkpoints once; under pytest-xdist the workers share them through a file lock."""
-    base_temp = tmp_path_factory.getbasetemp()
-    root = (base_temp.parent if os.environ.get("PYTEST_XDIST_WORKER") else base_temp) / "merge-ckpts"
+    root = shared_dir(tmp_path_factory, "merge-ckpts")
     paths = {
         name: root / name
         for name in ("base_tied", "base_untied", "full", "lora", "lora_only", "ref_full", "ref_lora", "ref_lora_only")
@@ -57,12 +62,30 @@ def ckpts(tmp_path_factory) -> dict[str, Path]:
     return paths
 
 
+@pytest.fixture(scope="module")
+def hsdp_ckpt(tmp_path_factory) -> dict[str, Path]:
+    """FSDP2 HSDP run: 4 gloo ranks, verl's fsdp_size=2, i.e. a ("ddp", "fsdp") mesh with 2 replicas."""
+    root = shared_dir(tmp_path_factory, "merge-ckpts-hsdp")
+    paths = {name: root / name for name in ("base", "exp", "ref")}
+    with FileLock(str(root) + ".lock"):
+        if not (root / "DONE").exists():
+            shutil.rmtree(root, ignore_errors=True)
+            write_base_model(paths["base"], TINY_QWEN2, seed=2)
+            write_verl_checkpoints(
+                [CheckpointJob(str(paths["exp"]), str(paths["base"]), fsdp_size=2, reference_dir=str(paths["ref"]))],
+                world_size=4,
+            )
+            (root / "DONE").touch()
+    return paths
+
+
 def run(*argv: str | Path) -> int:
     return main([str(a) for a in argv] + ["--no-progress"] * (argv[0] != "inspect"))
 
 
 def reference(ckpts, name: str, step: int) -> dict[str, torch.Tensor]:
-    return torch.load(ckpts[f"ref_{name}"] / f"global_step_{step}.pt", weights_only=True)
+    """The torch-gathered full state dict that the fixture saved for run `name` (`ref_<name>` dir)."""
+    return torch.load(ckpts[f"ref_{name}" if name else "ref"] / f"global_step_{step}.pt", weights_only=True)
 
 
 def load_output_weights(out: Path) -> dict[str, torch.Tensor]:
@@ -113,9 +136,9 @@ def test_experiment_dir_merges_latest_step_like_torch_gathers_it(ckpts, tmp_path
     assert no_leftovers(tmp_path)
 
 
-def test_step_option_and_float32_are_bit_exact(ckpts, tmp_path):
+def test_step_option_and_auto_dtype_are_bit_exact(ckpts, tmp_path):
     out = tmp_path / "model"
-    assert run(ckpts["full"], "--step", "1", "--dtype", "float32", "-o", out) == 0
+    assert run(ckpts["full"], "--step", "1", "--dtype", "auto", "-o", out) == 0  # verl's actor shards are fp32
     expected = reference(ckpts, "full", 1)
     written = load_output_weights(out)
     assert all(torch.equal(written[name], expected[name]) for name in written)
@@ -137,6 +160,16 @@ def test_same_weights_as_verls_model_merger(ckpts, tmp_path):
     theirs, mine = load_output_weights(verl_out), load_output_weights(ours)
     assert theirs.keys() == mine.keys()
     assert all(torch.equal(theirs[k], mine[k]) for k in theirs)
+
+
+def test_hsdp_checkpoint_reads_one_replica(hsdp_ckpt, tmp_path, capsys):
+    out = tmp_path / "model"
+    assert run("inspect", hsdp_ckpt["exp"]) == 0
+    assert "world size:    4" in capsys.readouterr().out
+    assert run(hsdp_ckpt["exp"], "-o", out, "--dtype", "float32", "--verify") == 0
+    expected, written = reference(hsdp_ckpt, "", 1), load_output_weights(out)
+    assert set(written) == set(expected) - {"lm_head.weight"}
+    assert all(torch.equal(written[name], expected[name]) for name in written)
 
 
 def test_verify_reports_logit_diff(ckpts, tmp_path, capsys):

@@ -91,6 +91,7 @@ class CheckpointJob:
     base_model_dir: str
     steps: tuple[int, ...] = (1,)
     strategy: str = "fsdp2"  # verl's actor.strategy: "fsdp" (FSDP1) or "fsdp2"
+    fsdp_size: int = -1  # verl's fsdp_size: < world size gives HSDP, a ("ddp", "fsdp") mesh
     lora_rank: int = 0
     lora_alpha: int = 16
     save_lora_only: bool = False
@@ -129,15 +130,21 @@ def _wrap_fsdp(model: torch.nn.Module, job: CheckpointJob, world_size: int) -> t
     from omegaconf import OmegaConf
     from torch.distributed.device_mesh import init_device_mesh
 
-    mesh = init_device_mesh("cpu", (world_size,), mesh_dim_names=("fsdp",))
+    if 0 < job.fsdp_size < world_size:  # as verl.workers.engine.fsdp.utils.create_device_mesh
+        mesh = init_device_mesh(
+            "cpu", (world_size // job.fsdp_size, job.fsdp_size), mesh_dim_names=("ddp", "fsdp")
+        )
+    else:
+        mesh = init_device_mesh("cpu", (world_size,), mesh_dim_names=("fsdp",))
     if job.strategy == "fsdp2":
         from verl.utils.fsdp_utils import apply_fsdp2
 
         apply_fsdp2(model, {"mesh": mesh}, OmegaConf.create({}))
         return model
     if job.strategy == "fsdp":
-        from torch.distributed.fsdp import FullyShardedDataParallel, ShardingStrategy
+        from torch.distributed.fsdp import FullyShardedDataParallel
         from verl.utils.fsdp_utils import get_fsdp_wrap_policy
+        from verl.workers.engine.fsdp.utils import get_sharding_strategy
 
         # Same arguments as verl's FSDPEngine (use_orig_params=False is its default), minus sync_module_states,
         # which needs CUDA; every rank loaded the same weights anyway.
@@ -145,7 +152,7 @@ def _wrap_fsdp(model: torch.nn.Module, job: CheckpointJob, world_size: int) -> t
             model,
             auto_wrap_policy=get_fsdp_wrap_policy(model, config=None, is_lora=job.lora_rank > 0),
             device_id=torch.device("cpu"),
-            sharding_strategy=ShardingStrategy.FULL_SHARD,
+            sharding_strategy=get_sharding_strategy(mesh),  # FULL_SHARD, or HYBRID_SHARD for a 2-D mesh
             device_mesh=mesh,
             use_orig_params=False,
         )
