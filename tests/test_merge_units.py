@@ -159,7 +159,7 @@ def test_resolve_latest_step_from_tracker(tmp_path):
 
 def test_resolve_errors_name_the_problem(tmp_path):
     _fake_actor_dir(tmp_path / "global_step_3" / "actor")
-    with pytest.raises(MergeError, match="no latest_checkpointed_iteration.txt.*available steps: 3 \\(pass --step N\\)"):
+    with pytest.raises(MergeError, match=r"no latest_checkpointed_iteration.txt.*available steps: 3 \(pass --step N\)"):
         resolve_actor_dir(tmp_path)
     (tmp_path / "latest_checkpointed_iteration.txt").write_text("three\n")
     with pytest.raises(MergeError, match="should contain a step number, found 'three'"):

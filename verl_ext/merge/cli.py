@@ -46,9 +46,12 @@ def _add_output_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--force", action="store_true", help="replace a non-empty output directory")
     parser.add_argument(
         "--verify", action="store_true",
-        help="load the result and compare its fp32 logits with a reference built from the inputs (max abs diff <= 1e-4)",
+        help="load the result and compare its fp32 logits with a reference built from the inputs "
+        "(max abs diff <= 1e-4)",
     )
-    parser.add_argument("--push-to-hub", metavar="REPO_ID", help="upload the output to this Hub repo (token: $HF_TOKEN)")
+    parser.add_argument(
+        "--push-to-hub", metavar="REPO_ID", help="upload the output to this Hub repo (token: $HF_TOKEN)"
+    )
     parser.add_argument("--private", action="store_true", help="create the Hub repo as private")
     parser.add_argument(
         "--trust-remote-code", action="store_true", help="allow custom model code from the config (off by default)"

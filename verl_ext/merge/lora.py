@@ -130,7 +130,8 @@ def write_adapter(out_dir: Path, meta_peft_model: PeftModel, lora_tensors: dict[
     adapter_state = get_peft_model_state_dict(meta_peft_model, state_dict=lora_tensors)
     if len(adapter_state) != len(lora_tensors):
         raise MergeError(f"PEFT kept {len(adapter_state)} of {len(lora_tensors)} adapter tensors; layout unknown")
-    save_file({k: v.contiguous() for k, v in adapter_state.items()}, str(out_dir / ADAPTER_WEIGHTS_NAME), {"format": "pt"})
+    tensors = {name: tensor.contiguous() for name, tensor in adapter_state.items()}
+    save_file(tensors, str(out_dir / ADAPTER_WEIGHTS_NAME), metadata={"format": "pt"})
     meta_peft_model.peft_config["default"].save_pretrained(str(out_dir))
 
 

@@ -491,7 +491,8 @@ def describe_checkpoint(path: Path, step: int | None, allow_unsafe_pickle: bool 
         shapes = inspect_adapter_tensors({n: i.shape for n, i in adapter.items()})
         alpha = ckpt.lora_meta.alpha if ckpt.lora_meta else "unknown"
         only = " (LoRA weights only)" if len(adapter) == len(index) else ""
-        lines.append(f"kind:          LoRA{only}: r={shapes.rank}, alpha={alpha}, targets={list(shapes.target_modules)}")
+        targets = list(shapes.target_modules)
+        lines.append(f"kind:          LoRA{only}: r={shapes.rank}, alpha={alpha}, targets={targets}")
     else:
         lines.append("kind:          full fine-tune")
     sharded = sorted({(i.shard_dim, len(i.ranks)) for i in index.values()}, key=str)

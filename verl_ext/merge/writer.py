@@ -80,9 +80,9 @@ class ShardedSafetensorsWriter:
         self.out_dir = Path(out_dir)
         self.groups = self._split(tensors, max_shard_bytes)
         count = len(self.groups)
-        self.file_names = (
-            [SINGLE_FILE_NAME] if count == 1 else [f"model-{i + 1:05d}-of-{count:05d}.safetensors" for i in range(count)]
-        )
+        self.file_names = [SINGLE_FILE_NAME] if count == 1 else [
+            f"model-{i + 1:05d}-of-{count:05d}.safetensors" for i in range(count)
+        ]
         self._order = [(file_index, t) for file_index, group in enumerate(self.groups) for t in group]
         self._next = 0
         self._file: BinaryIO | None = None
