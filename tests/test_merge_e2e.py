@@ -250,6 +250,9 @@ def test_lora_only_checkpoint_needs_base_model(ckpts, tmp_path, capsys):
     out = tmp_path / "merged"
     assert run(ckpts["lora_only"], "-o", out, "--merge-lora") == 1
     assert "holds only LoRA weights" in capsys.readouterr().err and not out.exists()
+    assert run(ckpts["lora_only"], "-o", out, "--verify") == 1
+    assert "--verify needs --base-model" in capsys.readouterr().err and not out.exists()
+    assert run(ckpts["lora_only"], "-o", tmp_path / "adapter") == 0  # the adapter alone needs no base
     assert run(ckpts["lora_only"], "-o", out, "--merge-lora", "--base-model", ckpts["base_tied"], "--verify") == 0
     written = load_output_weights(out)
     assert "lm_head.weight" not in written and written["model.embed_tokens.weight"].dtype == torch.bfloat16

@@ -22,7 +22,7 @@ from .architecture import (
     load_model_config,
     tied_aliases,
 )
-from .errors import MergeError
+from .errors import MergeError, VerificationError
 from .hf_files import copy_tokenizer_files, write_model_metadata
 from .hub import push_folder, require_token
 from .io import check_target, staged_output
@@ -42,14 +42,12 @@ from .shards import ShardReader, TensorInfo, build_tensor_index
 from .verify import (
     Check,
     assert_same_weights,
-    check_tied_aliases,
     compare,
     fp32_logits,
     load_reference_state_dict,
     load_written_model,
     probe_input_ids,
     raise_on_failure,
-    rounded_to,
 )
 from .writer import PlannedTensor, ShardedSafetensorsWriter, parse_size
 
@@ -242,11 +240,11 @@ def _verify_full(
     dtype: torch.dtype | None,
 ) -> list[Check]:
     logger.info("verifying: loading the shards directly and the written model")
-    full = load_reference_state_dict(ckpt.model_files, opts.allow_unsafe_pickle)
-    check_tied_aliases(full, aliases)
-    reference = fill_meta_model(
-        build_meta_model(config, opts.trust_remote_code), rounded_to({n: full[n] for n in names}, dtype), "shards"
-    )
+    # Cast to the output dtype, so reference and written model hold the same numbers (computed in fp32).
+    full = load_reference_state_dict(ckpt.model_files, opts.allow_unsafe_pickle, round_to=dtype, tied_aliases=aliases)
+    if set(full) != set(names):
+        raise VerificationError(f"reference loader found other tensors: {sorted(set(full) ^ set(names))[:5]}")
+    reference = fill_meta_model(build_meta_model(config, opts.trust_remote_code), full, "shards")
     del full
     input_ids = probe_input_ids(written_dir, config.get_text_config().vocab_size, opts.trust_remote_code)
     want = fp32_logits(reference, input_ids)
@@ -282,10 +280,11 @@ def _merge_lora_checkpoint(
         check_against_architecture(
             {n: i.shape for n, i in adapter_infos.items()}, expected_adapter, str(ckpt.actor_dir), arch
         )
-        if opts.merge_lora and not opts.base_model:
+        if (opts.merge_lora or opts.verify) and not opts.base_model:
+            flag = "--merge-lora" if opts.merge_lora else "--verify"
             raise MergeError(
                 f"{ckpt.actor_dir} holds only LoRA weights (checkpoint.save_lora_only); "
-                "--merge-lora needs --base-model (the base model dir or Hub id the run started from)"
+                f"{flag} needs --base-model (the base model dir or Hub id the run started from)"
             )
     # Adapters are small: keep them in the training dtype, exactly as trained.
     lora_tensors = {name: reader.full_tensor(info) for name, info in adapter_infos.items()}
@@ -353,8 +352,7 @@ def _reference_peft_logits(
     """Logits of the PEFT model rebuilt from the raw shards (keys as verl saved them, adapter unmerged)."""
     from peft import get_peft_model
 
-    full = load_reference_state_dict(ckpt.model_files, opts.allow_unsafe_pickle)
-    full = rounded_to(full, None)
+    full = load_reference_state_dict(ckpt.model_files, opts.allow_unsafe_pickle, round_to=torch.float32)
     if base_names:
         model = fill_meta_model(build_meta_peft_model(config, lora_config, opts.trust_remote_code), full, "shards")
     else:

@@ -88,45 +88,42 @@ def load_written_model(model_dir: Path, trust_remote_code: bool) -> PreTrainedMo
         raise VerificationError(f"transformers cannot load the written model in {model_dir}: {exc}") from exc
 
 
-def load_reference_state_dict(model_files: tuple[Path, ...], allow_unsafe_pickle: bool) -> dict[str, torch.Tensor]:
+def load_reference_state_dict(
+    model_files: tuple[Path, ...],
+    allow_unsafe_pickle: bool,
+    round_to: torch.dtype | None = None,
+    tied_aliases: dict[str, str] | None = None,
+) -> dict[str, torch.Tensor]:
     """Full state dict straight from the rank shards: every rank loaded, DTensor pieces concatenated.
 
-    Independent of the streaming merge on purpose (no ShardReader, no writer), so it can check it.
+    Floating tensors are cast to `round_to` (if given). Tied aliases (e.g. `lm_head.weight` ->
+    `model.embed_tokens.weight`) are left out after checking that they equal their canonical tensor, since
+    only one copy is written. Independent of the streaming merge on purpose (no ShardReader, no writer).
     """
     states = [load_shard_file(p, allow_unsafe_pickle=allow_unsafe_pickle) for p in model_files]
+    tied_aliases = tied_aliases or {}
+
+    def local_pieces(name: str) -> list[torch.Tensor]:
+        value = states[0][name]
+        if isinstance(value, DTensor) and isinstance(value.placements[-1], Shard):
+            mesh = value.device_mesh.mesh
+            replica_ranks = mesh.reshape(-1, mesh.shape[-1])[0].tolist()  # HSDP: first replica group
+            return [states[r][name]._local_tensor for r in replica_ranks]
+        return [value._local_tensor if isinstance(value, DTensor) else value]
+
     full: dict[str, torch.Tensor] = {}
     for name, value in states[0].items():
-        if not isinstance(value, DTensor):
-            full[name] = value.clone()
+        canonical = tied_aliases.get(name)
+        if canonical is not None and canonical in states[0]:
+            if not all(torch.equal(a, b) for a, b in zip(local_pieces(name), local_pieces(canonical))):
+                raise VerificationError(f"tied weights differ in the checkpoint: {name!r} != {canonical!r}")
             continue
-        mesh = value.device_mesh.mesh
-        replica_ranks = mesh.reshape(-1, mesh.shape[-1])[0].tolist()  # HSDP: first replica group
-        placement = value.placements[-1]
-        if isinstance(placement, Shard):
-            pieces = [states[r][name]._local_tensor for r in replica_ranks]
-            full[name] = torch.cat(pieces, dim=placement.dim)
-        else:
-            full[name] = value._local_tensor.clone()
+        pieces = local_pieces(name)
+        if round_to is not None and pieces[0].is_floating_point():
+            pieces = [piece.to(round_to) for piece in pieces]
+        dim = value.placements[-1].dim if len(pieces) > 1 else 0
+        full[name] = torch.cat(pieces, dim=dim) if len(pieces) > 1 else pieces[0].clone()
     return full
-
-
-def check_tied_aliases(full: dict[str, torch.Tensor], aliases: dict[str, str]) -> None:
-    """Tied weights (e.g. `lm_head.weight` = `model.embed_tokens.weight`) must be equal in the checkpoint,
-    since only one copy is written."""
-    for alias, canonical in aliases.items():
-        if alias in full and canonical in full and not torch.equal(full[alias], full[canonical]):
-            raise VerificationError(f"tied weights differ in the checkpoint: {alias!r} != {canonical!r}")
-
-
-def rounded_to(tensors: dict[str, torch.Tensor], dtype: torch.dtype | None) -> dict[str, torch.Tensor]:
-    """Round floating tensors through `dtype` (None: keep) and return them as float32."""
-    out = {}
-    for name, tensor in tensors.items():
-        if tensor.is_floating_point():
-            out[name] = (tensor.to(dtype) if dtype is not None else tensor).float()
-        else:
-            out[name] = tensor
-    return out
 
 
 def assert_same_weights(written: PreTrainedModel, expected: dict[str, torch.Tensor], label: str) -> int:
