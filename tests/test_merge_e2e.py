@@ -180,6 +180,22 @@ def test_verify_reports_logit_diff(ckpts, tmp_path, capsys):
     assert match and float(match.group(1)) <= 1e-4
 
 
+def test_verify_catches_a_wrong_tensor_and_publishes_nothing(ckpts, tmp_path, monkeypatch, capsys):
+    from verl_ext.merge.shards import ShardReader
+
+    original = ShardReader.iter_byte_chunks
+
+    def tampered(self, info, dtype):
+        for chunk in original(self, info, dtype):
+            yield chunk * 1.01 if info.name == "model.norm.weight" else chunk
+
+    monkeypatch.setattr(ShardReader, "iter_byte_chunks", tampered)
+    assert run(ckpts["full"], "-o", tmp_path / "out", "--verify") == 3
+    assert re.search(r"verification failed: written model vs shards: max abs logit diff \S+ .*FAILED",
+                     capsys.readouterr().err)
+    assert list(tmp_path.iterdir()) == []
+
+
 # ---------------------------------------------------------------- LoRA
 def peft_reference_model(ckpts, name: str, base: str):
     """PEFT model rebuilt in the test from the torch-gathered state dict of the LoRA run."""
@@ -244,6 +260,19 @@ def test_lora_merge_matches_base_plus_adapter(ckpts, tmp_path, capsys):
     assert diff <= 1e-4
     base = AutoModelForCausalLM.from_pretrained(ckpts["base_untied"], dtype=torch.float32)
     assert (logits(merged, ids) - logits(base, ids)).abs().max() > 1e-3  # the adapter did change the model
+
+
+def test_verify_catches_a_wrong_adapter(ckpts, tmp_path, monkeypatch, capsys):
+    from verl_ext.merge import lora, pipeline
+
+    def tampered_write_adapter(out_dir, meta_peft_model, lora_tensors):
+        scaled = {k: v * 1.1 if "lora_B" in k else v for k, v in lora_tensors.items()}
+        lora.write_adapter(out_dir, meta_peft_model, scaled)
+
+    monkeypatch.setattr(pipeline, "write_adapter", tampered_write_adapter)
+    assert run(ckpts["lora"], "-o", tmp_path / "out", "--verify") == 3
+    assert "exported adapter on base vs shards" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_lora_only_checkpoint_needs_base_model(ckpts, tmp_path, capsys):

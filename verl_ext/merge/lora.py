@@ -14,6 +14,7 @@ PEFT itself (`get_peft_model_state_dict`, `LoraConfig.save_pretrained`) and merg
 
 from __future__ import annotations
 
+import copy
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -110,16 +111,22 @@ def make_lora_config(
     )
 
 
-def build_meta_peft_model(config: PretrainedConfig, lora_config: LoraConfig, trust_remote_code: bool) -> PeftModel:
-    """The PeftModel verl trained, on the meta device (for key checks and adapter export)."""
+def wrap_with_lora(model: PreTrainedModel, lora_config: LoraConfig) -> PeftModel:
+    """`get_peft_model` with a private copy of `lora_config` (PEFT mutates it) that keeps its base model name."""
     from peft import get_peft_model
 
+    lora_config = copy.deepcopy(lora_config)
     requested_base = lora_config.base_model_name_or_path
-    # get_peft_model records (and warns about) the config's own path as the base; set the requested one after.
+    # get_peft_model records (and warns about) the model's own path as the base; set the requested one after.
     lora_config.base_model_name_or_path = None
-    peft_model = get_peft_model(build_meta_model(config, trust_remote_code), lora_config)
+    peft_model = get_peft_model(model, lora_config)
     peft_model.peft_config["default"].base_model_name_or_path = requested_base
     return peft_model
+
+
+def build_meta_peft_model(config: PretrainedConfig, lora_config: LoraConfig, trust_remote_code: bool) -> PeftModel:
+    """The PeftModel verl trained, on the meta device (for key checks and adapter export)."""
+    return wrap_with_lora(build_meta_model(config, trust_remote_code), lora_config)
 
 
 def write_adapter(out_dir: Path, meta_peft_model: PeftModel, lora_tensors: dict[str, torch.Tensor]) -> None:

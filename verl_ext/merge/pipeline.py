@@ -7,6 +7,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from tqdm import tqdm
@@ -36,6 +37,7 @@ from .lora import (
     is_adapter_key,
     make_lora_config,
     merge_and_unload,
+    wrap_with_lora,
     write_adapter,
 )
 from .shards import ShardReader, TensorInfo, build_tensor_index
@@ -50,6 +52,9 @@ from .verify import (
     raise_on_failure,
 )
 from .writer import PlannedTensor, ShardedSafetensorsWriter, parse_size
+
+if TYPE_CHECKING:
+    from peft import LoraConfig
 
 logger = logging.getLogger("verl_ext.merge")
 
@@ -345,19 +350,17 @@ def _reference_peft_logits(
     opts: CheckpointMergeOptions,
     ckpt: ActorCheckpoint,
     config: PretrainedConfig,
-    lora_config,
+    lora_config: LoraConfig,
     base_names: list[str],
     input_ids: torch.Tensor,
 ) -> torch.Tensor:
     """Logits of the PEFT model rebuilt from the raw shards (keys as verl saved them, adapter unmerged)."""
-    from peft import get_peft_model
-
     full = load_reference_state_dict(ckpt.model_files, opts.allow_unsafe_pickle, round_to=torch.float32)
     if base_names:
         model = fill_meta_model(build_meta_peft_model(config, lora_config, opts.trust_remote_code), full, "shards")
     else:
         assert opts.base_model is not None
-        model = get_peft_model(_load_base_model(opts.base_model, opts.trust_remote_code), lora_config)
+        model = wrap_with_lora(_load_base_model(opts.base_model, opts.trust_remote_code), lora_config)
         result = model.load_state_dict(full, strict=False)
         missing_lora = [k for k in result.missing_keys if is_adapter_key(k)]
         if result.unexpected_keys or missing_lora:
@@ -393,8 +396,7 @@ def _write_merged_model(
     validate_hf_model_output(stage)
     if adapter_logits is not None:
         written = load_written_model(stage, opts.trust_remote_code)
-        expected = {p.name: state[p.name].to(p.dtype) for p in plan}
-        count = assert_same_weights(written, expected, "written merged model")
+        count = assert_same_weights(written, state, {p.name: p.dtype for p in plan}, "written merged model")
         logger.info("written merged model: %d tensors identical to the fp32 merge cast to %s", count, plan[0].dtype)
         got = fp32_logits(written, input_ids)
         exact = all(p.dtype == torch.float32 for p in plan if state[p.name].is_floating_point())

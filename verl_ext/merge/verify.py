@@ -126,15 +126,18 @@ def load_reference_state_dict(
     return full
 
 
-def assert_same_weights(written: PreTrainedModel, expected: dict[str, torch.Tensor], label: str) -> int:
-    """Bitwise comparison of the written model's state dict with `expected`; returns the count compared."""
+def assert_same_weights(
+    written: PreTrainedModel, source: dict[str, torch.Tensor], dtypes: dict[str, torch.dtype], label: str
+) -> int:
+    """Check that every tensor of the written model equals `source[name]` cast to `dtypes[name]`, bit for bit;
+    returns the number compared."""
     state = written.state_dict()
     compared = 0
-    for name, tensor in expected.items():
+    for name, dtype in dtypes.items():
         if name not in state:
             raise VerificationError(f"{label}: written model lacks {name!r}")
-        if not torch.equal(state[name].to(tensor.dtype), tensor):
-            diff = float((state[name].float() - tensor.float()).abs().max())
+        if not torch.equal(state[name].to(dtype), source[name].to(dtype)):
+            diff = float((state[name].float() - source[name].float()).abs().max())
             raise VerificationError(f"{label}: {name!r} differs (max abs diff {diff:.3e})")
         compared += 1
     if compared == 0:
