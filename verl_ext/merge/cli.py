@@ -133,8 +133,24 @@ def _sigterm_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
+def _configure_logging() -> None:
+    """Our progress messages on stderr; other libraries' loggers are left alone."""
+    logger = logging.getLogger("verl_ext.merge")
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+    if not logger.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("merge-ppo: %(message)s"))
+        logger.addHandler(handler)
+
+
 def _run(args: argparse.Namespace) -> int:
     from . import pipeline
+
+    if getattr(args, "no_progress", False):
+        from transformers.utils import logging as transformers_logging
+
+        transformers_logging.disable_progress_bar()
 
     if args.command == "inspect":
         print(pipeline.describe_checkpoint(args.path, args.step, args.allow_unsafe_pickle))
@@ -172,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of `merge-ppo` and `verl-ext merge`; returns the exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(_with_default_subcommand(argv))
-    logging.basicConfig(level=logging.INFO, format="merge-ppo: %(message)s", stream=sys.stderr)
+    _configure_logging()
     try:
         with _sigterm_as_interrupt():
             return _run(args)
