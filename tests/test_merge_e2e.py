@@ -263,13 +263,13 @@ def test_lora_merge_matches_base_plus_adapter(ckpts, tmp_path, capsys):
 
 
 def test_verify_catches_a_wrong_adapter(ckpts, tmp_path, monkeypatch, capsys):
-    from verl_ext.merge import lora, pipeline
+    from verl_ext.merge import lora, lora_pipeline
 
     def tampered_write_adapter(out_dir, meta_peft_model, lora_tensors):
         scaled = {k: v * 1.1 if "lora_B" in k else v for k, v in lora_tensors.items()}
         lora.write_adapter(out_dir, meta_peft_model, scaled)
 
-    monkeypatch.setattr(pipeline, "write_adapter", tampered_write_adapter)
+    monkeypatch.setattr(lora_pipeline, "write_adapter", tampered_write_adapter)
     assert run(ckpts["lora"], "-o", tmp_path / "out", "--verify") == 3
     assert "exported adapter on base vs shards" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []

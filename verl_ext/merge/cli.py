@@ -133,13 +133,25 @@ def _sigterm_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
+class _CurrentStderrHandler(logging.StreamHandler):
+    """Writes to whatever `sys.stderr` is when a record is emitted (callers such as pytest swap it)."""
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value) -> None:
+        pass
+
+
 def _configure_logging() -> None:
     """Our progress messages on stderr; other libraries' loggers are left alone."""
     logger = logging.getLogger("verl_ext.merge")
     logger.setLevel(logging.INFO)
     logger.propagate = False
-    if not logger.handlers:
-        handler = logging.StreamHandler(sys.stderr)
+    if not any(isinstance(h, _CurrentStderrHandler) for h in logger.handlers):
+        handler = _CurrentStderrHandler()
         handler.setFormatter(logging.Formatter("merge-ppo: %(message)s"))
         logger.addHandler(handler)
 

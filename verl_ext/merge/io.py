@@ -29,6 +29,18 @@ def check_target(target: Path, force: bool) -> None:
         raise MergeError(f"output directory {target} is not empty; pass --force to replace it")
 
 
+def guard_output(output: Path, protected: Path, force: bool) -> None:
+    """`check_target`, and refuse an output dir that contains `protected` (the input), which --force would delete."""
+    check_target(output, force)
+    if protected.resolve().is_relative_to(output.resolve()):
+        raise MergeError(f"output directory {output} contains the input {protected}; choose another output path")
+
+
+def list_files(directory: Path) -> list[str]:
+    """Relative paths of all files under `directory`, sorted."""
+    return sorted(str(p.relative_to(directory)) for p in directory.rglob("*") if p.is_file())
+
+
 def _stale_staging_dirs(target: Path) -> list[Path]:
     prefix = f".{target.name}{STAGING_MARKER}"
     if not target.parent.is_dir():

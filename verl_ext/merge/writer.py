@@ -11,12 +11,13 @@ from __future__ import annotations
 import json
 import os
 import struct
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
 import torch
+from tqdm import tqdm
 
 from .errors import MergeError
 
@@ -174,3 +175,25 @@ class ShardedSafetensorsWriter:
         if self._file is not None:
             self._file.close()
             self._file = None
+
+
+def write_weights(
+    out_dir: Path,
+    plan: list[PlannedTensor],
+    chunks_for: Callable[[PlannedTensor], Iterable[torch.Tensor]],
+    max_shard_bytes: int,
+    progress: bool,
+) -> None:
+    """Stream every planned tensor into sharded safetensors files (+ index), with a progress bar."""
+    writer = ShardedSafetensorsWriter(out_dir, plan, max_shard_bytes)
+    try:
+        with tqdm(
+            total=writer.total_bytes, unit="B", unit_scale=True, desc="writing weights", disable=not progress
+        ) as bar:
+            for planned in plan:
+                writer.write(planned.name, chunks_for(planned))
+                bar.update(planned.nbytes)
+        writer.close()
+    except BaseException:
+        writer.abort()
+        raise
