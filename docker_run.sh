@@ -5,12 +5,11 @@
 #     --dry-run  print the docker commands, run nothing (an existing local image is still looked up)
 # IMAGE is built from docker/Dockerfile when missing locally. Options go before the command; the rest is the command.
 # Settings (environment, else .env): IMAGE, VERL_EXT_TARGET=vllm|sglang, GPUS=all|none|0,1, SHM_SIZE (empty:
-# --ipc=host), MAP_HOST_USER=1|0, DOCKER_RUN_ARGS, HF_HOME (host cache). See .env.example and docs/docker.md.
+# --ipc=host), MAP_HOST_USER=1|0, DOCKER_RUN_ARGS, HF_HOME (host cache, same path inside). See docs/docker.md.
 set -euo pipefail
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 WORKDIR=/workspace/verl-ext
-CONTAINER_HF_HOME=/cache/huggingface
 SETTINGS=(IMAGE VERL_EXT_TARGET GPUS SHM_SIZE MAP_HOST_USER DOCKER_RUN_ARGS HF_HOME)
 
 die() { echo "docker_run.sh: $*" >&2; exit 2; }
@@ -47,6 +46,7 @@ done
 [[ "$VERL_EXT_TARGET" =~ ^(vllm|sglang)$ ]] || die "VERL_EXT_TARGET must be vllm or sglang, got '$VERL_EXT_TARGET'"
 [[ "$GPUS" =~ ^[A-Za-z0-9,-]+$ ]] || die "GPUS must be all, none or device ids like 0,1; got '$GPUS'"
 [[ "$MAP_HOST_USER" =~ ^[01]$ ]] || die "MAP_HOST_USER must be 0 or 1, got '$MAP_HOST_USER'"
+[[ "$HOST_HF_HOME" == /* ]] || die "HF_HOME must be an absolute path (or ~/...), got '$HOST_HF_HOME'"
 if [[ "$DRY_RUN" == 0 ]] && ! command -v docker >/dev/null; then
   die "docker not found; install Docker and the NVIDIA Container Toolkit (docs/docker.md)"
 fi
@@ -88,7 +88,8 @@ case "$GPUS" in
 esac
 if [[ -n "$SHM_SIZE" ]]; then args+=(--shm-size "$SHM_SIZE"); else args+=(--ipc=host); fi
 args+=(--ulimit memlock=-1 --ulimit stack=67108864)
-args+=(--volume "$REPO_ROOT:$WORKDIR" --volume "$HOST_HF_HOME:$CONTAINER_HF_HOME")
+# The HF cache keeps its host path inside, so HF_HOME means the same folder wherever it is read (even from .env).
+args+=(--volume "$REPO_ROOT:$WORKDIR" --volume "$HOST_HF_HOME:$HOST_HF_HOME")
 if [[ -f "$REPO_ROOT/.env" ]]; then args+=(--env-file "$REPO_ROOT/.env"); fi
 # Variables named in .env.example and set in this shell go in by name only: values never reach argv or output.
 if [[ -f "$REPO_ROOT/.env.example" ]]; then
@@ -97,7 +98,7 @@ if [[ -f "$REPO_ROOT/.env.example" ]]; then
     [[ -n "${!name+set}" ]] && args+=(--env "$name")
   done < <(sed -nE 's/^#? ?([A-Z][A-Z0-9_]*)=.*/\1/p' "$REPO_ROOT/.env.example" | sort -u)
 fi
-args+=(--env "HF_HOME=$CONTAINER_HF_HOME")  # after .env: the container always uses the mounted cache
+args+=(--env "HF_HOME=$HOST_HF_HOME")  # --env wins over --env-file
 if [[ "$MAP_HOST_USER" == 1 ]]; then
   args+=(--user "$uid:$gid")
   # A UID the image does not know has no home (HOME=/): give Triton, vLLM and pip caches a writable one.

@@ -444,9 +444,9 @@ def test_dry_run_defaults(sandbox):
     assert values(argv, "--gpus") == ["all"] and "--ipc=host" in argv and "--shm-size" not in argv
     assert values(argv, "--ulimit") == ["memlock=-1", "stack=67108864"]
     assert values(argv, "--workdir") == ["/workspace/verl-ext"]
-    assert values(argv, "--volume") == [f"{repo}:/workspace/verl-ext",
-                                        f"{sandbox.home}/.cache/huggingface:/cache/huggingface"]
-    assert values(argv, "--env") == ["HF_HOME=/cache/huggingface"]
+    cache = f"{sandbox.home}/.cache/huggingface"  # same path inside: HF_HOME means one folder everywhere
+    assert values(argv, "--volume") == [f"{repo}:/workspace/verl-ext", f"{cache}:{cache}"]
+    assert values(argv, "--env") == [f"HF_HOME={cache}"]
     assert values(argv, "--user") == ["1234:5678"]
     assert "--env-file" not in argv and "-it" not in argv and "-i" not in argv
     assert {"--rm", "--init"} <= set(argv)
@@ -475,7 +475,7 @@ def test_env_file_passed_when_present_and_secrets_never_printed(sandbox):
     assert argv[-2] == "registry.example/verl-ext:dotenv" and values(argv, "--gpus") == ['"device=1"']
     # shell variables named in .env.example go in by name; docker_run.sh's own settings do not go in at all
     assert values(argv, "--env") == ["HF_TOKEN", "NCCL_DEBUG", "RUN_PROFILE", "WANDB_API_KEY",
-                                     "HF_HOME=/cache/huggingface"]
+                                     f"HF_HOME={sandbox.home}/.cache/huggingface"]
     for secret in ["hf_dotenv_secret", *secrets.values()]:
         assert secret not in r.out + r.err
     # the environment wins over .env
@@ -546,18 +546,19 @@ def test_root_host_builds_with_default_user(sandbox):
 def test_hf_cache_and_extra_docker_args(sandbox):
     argv = sandbox("--dry-run", env={"HF_HOME": "/data/hf", "DOCKER_RUN_ARGS": "--network=host --device=/dev/infiniband",
                                      **PRESENT}).line("docker", "run")
-    assert values(argv, "--volume")[1] == "/data/hf:/cache/huggingface"
+    assert values(argv, "--volume")[1] == "/data/hf:/data/hf" and values(argv, "--env") == ["HF_HOME=/data/hf"]
     assert argv[-4:] == ["--network=host", "--device=/dev/infiniband", "verl-ext:vllm", "bash"]
     sandbox.dotenv("HF_HOME=~/hf\n")
     argv = sandbox("--dry-run", env=PRESENT).line("docker", "run")
-    assert values(argv, "--volume")[1] == f"{sandbox.home}/hf:/cache/huggingface"
-    assert values(argv, "--env")[-1] == "HF_HOME=/cache/huggingface"  # after --env-file: the container's wins
+    assert values(argv, "--volume")[1] == f"{sandbox.home}/hf:{sandbox.home}/hf"
+    assert values(argv, "--env")[-1] == f"HF_HOME={sandbox.home}/hf"  # --env wins over --env-file's "~/hf"
 
 
 @pytest.mark.parametrize("args, env, message", [
     (["--dry-run"], {"VERL_EXT_TARGET": "tensorrt"}, "VERL_EXT_TARGET"),
     (["--dry-run"], {"GPUS": "0;rm -rf"}, "GPUS"),
     (["--dry-run"], {"MAP_HOST_USER": "yes"}, "MAP_HOST_USER"),
+    (["--dry-run"], {"HF_HOME": "hf-cache"}, "HF_HOME must be an absolute path"),
     (["--gpus", "all"], {}, "unknown option '--gpus'"),
 ])
 def test_bad_settings_exit_2_before_docker_runs(sandbox, args, env, message):
