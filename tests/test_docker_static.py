@@ -132,6 +132,8 @@ def test_executable_scripts_are_strict():
 # ---------------------------------------------------------------------------------------------------------------
 # Dockerfile versions: pyproject.toml is the only list
 
+# Versions the Dockerfile may name that are not dependencies of the project (so pyproject.toml has none).
+BUILD_TOOLS = {"uv": "the installer the image build uses"}
 PIN = re.compile(r"(?<![\w.{-])([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?==([0-9][0-9A-Za-z.+!-]*)")
 VERSION_ARG = re.compile(r"^\s*ARG\s+([A-Z0-9_]+)_VERSION=[\"']?([^\s\"']+)", re.M)
 
@@ -155,6 +157,8 @@ def version_mismatches(dockerfile: str, pins: dict[str, str]) -> list[str]:
     problems = []
     for name, version in found:
         key = canonicalize_name(name)
+        if key in BUILD_TOOLS:
+            continue
         if key not in pins:
             problems.append(f"{name}=={version}: pyproject.toml pins no {key} (a second version list)")
         elif pins[key] != version:
@@ -171,7 +175,7 @@ def test_dockerfile_versions_equal_pyproject_pins():
     ("RUN pip install 'vllm[all]==0.23.1'", "pins vllm==0.24.0"),
     ("ARG SGLANG_VERSION=0.5.11", "pins sglang==0.5.12"),
     ("RUN pip install flash-attn==2.8.3", "pins no flash-attn"),
-    ("RUN pip install torch==2.11.0 vllm==0.24.0\nARG TRANSFORMERS_VERSION=5.9.0", None),
+    ("RUN pip install torch==2.11.0 vllm==0.24.0\nARG TRANSFORMERS_VERSION=5.9.0\nARG UV_VERSION=0.13.9", None),
 ])
 def test_version_check_catches_drift(snippet, problem):
     problems = version_mismatches(snippet, pyproject_pins())
@@ -190,12 +194,25 @@ def test_dockerfile_installs_the_project_from_pyproject():
         return hits[0]
 
     copy_pyproject = index(r"^COPY\s+pyproject\.toml\s")
-    deps = index(r"^RUN .*pyproject_deps\.py pyproject\.toml --extra \"\$\{VERL_EXT_TARGET\}\".*pip install .*-r ")
+    deps = index(r"^RUN .*uv pip install .* -r pyproject\.toml --extra \"\$\{VERL_EXT_TARGET\}\"$")
     copy_source = index(r"^COPY\s+(--chown=\S+\s+)?\.\s+\.$")
-    project = index(r"^RUN .*pip install .*-e \"\.\[\$\{VERL_EXT_TARGET\}\]\"")
+    project = index(r"^RUN .*uv pip install .* -e \"\.\[\$\{VERL_EXT_TARGET\}\]\"")
     assert copy_pyproject < deps < copy_source < project, "deps layer must come before the source is copied"
     assert not [s for s in steps if re.match(r"^(COPY|ADD)\b.*requirements", s)], "no second requirements list"
-    assert "--extra-index-url \"${TORCH_INDEX_URL}\"" in steps[deps]
+    workdirs = [i for i, s in enumerate(steps) if s.startswith("WORKDIR ")]
+    assert workdirs[-1] < copy_pyproject and steps[workdirs[-1]] == "WORKDIR /workspace/verl-ext"  # uv reads
+    for step in (steps[deps], steps[project]):  # ./pyproject.toml's [tool.uv] there
+        assert '--extra-index-url "${TORCH_INDEX_URL}" --index-strategy unsafe-best-match' in step
+        assert "--no-config" not in step
+
+
+def test_uv_overrides_are_pyproject_pins():
+    """[tool.uv] override-dependencies may only restate pyproject's own pins (it makes them win over a dependency's)."""
+    overrides = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["uv"]["override-dependencies"]
+    pins = pyproject_pins()
+    for spec in overrides:
+        req = Requirement(spec)
+        assert [(s.operator, s.version) for s in req.specifier] == [("==", pins.get(canonicalize_name(req.name)))]
 
 
 def test_image_targets_are_pyproject_extras():
@@ -221,18 +238,6 @@ def test_base_image_cuda_and_python_match_torch_and_pyproject():
     assert re.search(r"startswith\('(\d+\.\d+)'\)", text).group(1) == f"{base.group(1)}.{base.group(2)}"
     python = {"22.04": "3.10", "24.04": "3.12"}[base.group(3)]  # Ubuntu's python3
     assert python == "3.12" and SpecifierSet(PROJECT["requires-python"]).contains(python)
-
-
-@pytest.mark.parametrize("target", TARGETS)
-def test_pyproject_deps_script_prints_pyproject(target):
-    result = run([sys.executable, "docker/pyproject_deps.py", "pyproject.toml", "--extra", target], cwd=REPO)
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.splitlines() == PROJECT["dependencies"] + EXTRAS[target]
-
-
-def test_pyproject_deps_script_rejects_unknown_extra():
-    result = run([sys.executable, "docker/pyproject_deps.py", "pyproject.toml", "--extra", "tensorrt"], cwd=REPO)
-    assert result.returncode == 2 and "tensorrt" in result.stderr and result.stdout == ""
 
 
 # ---------------------------------------------------------------------------------------------------------------
