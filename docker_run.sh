@@ -69,7 +69,7 @@ present=0 user_in_image=""
 if user_in_image="$(image_user)"; then present=1; fi
 if [[ "$PULL" == 1 ]]; then
   run docker pull "$IMAGE"
-  [[ "$DRY_RUN" == 1 ]] || user_in_image="$(image_user)"
+  [[ "$DRY_RUN" == 1 ]] || user_in_image="$(image_user || true)"
 elif [[ "$BUILD" == 1 || "$present" == 0 ]]; then
   build=(docker build --file "$REPO_ROOT/docker/Dockerfile" --build-arg "VERL_EXT_TARGET=$VERL_EXT_TARGET")
   if [[ "$uid" != 0 ]]; then  # the image's user gets your UID/GID (root hosts keep the default 1000)
@@ -91,11 +91,12 @@ args+=(--ulimit memlock=-1 --ulimit stack=67108864)
 # The HF cache keeps its host path inside, so HF_HOME means the same folder wherever it is read (even from .env).
 args+=(--volume "$REPO_ROOT:$WORKDIR" --volume "$HOST_HF_HOME:$HOST_HF_HOME")
 if [[ -f "$REPO_ROOT/.env" ]]; then args+=(--env-file "$REPO_ROOT/.env"); fi
-# Variables named in .env.example and set in this shell go in by name only: values never reach argv or output.
+# Variables named in .env.example and exported in this shell go in by name only: values never reach argv or output.
 if [[ -f "$REPO_ROOT/.env.example" ]]; then
+  exported=" $(compgen -e | tr '\n' ' ') "
   while read -r name; do
     [[ " ${SETTINGS[*]} " == *" $name "* ]] && continue
-    [[ -n "${!name+set}" ]] && args+=(--env "$name")
+    [[ "$exported" == *" $name "* ]] && args+=(--env "$name")
   done < <(sed -nE 's/^#? ?([A-Z][A-Z0-9_]*)=.*/\1/p' "$REPO_ROOT/.env.example" | sort -u)
 fi
 args+=(--env "HF_HOME=$HOST_HF_HOME")  # --env wins over --env-file
