@@ -16,7 +16,6 @@ import shlex
 import shutil
 import subprocess
 import sys
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,6 +23,11 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10: pytest depends on tomli there
+    import tomli as tomllib
 
 REPO = Path(__file__).resolve().parents[1]
 DOCKERFILE = REPO / "docker" / "Dockerfile"
@@ -549,8 +553,8 @@ def test_root_host_builds_with_default_user(sandbox):
 
 
 def test_hf_cache_and_extra_docker_args(sandbox):
-    argv = sandbox("--dry-run", env={"HF_HOME": "/data/hf", "DOCKER_RUN_ARGS": "--network=host --device=/dev/infiniband",
-                                     **PRESENT}).line("docker", "run")
+    extra = "--network=host --device=/dev/infiniband"
+    argv = sandbox("--dry-run", env={"HF_HOME": "/data/hf", "DOCKER_RUN_ARGS": extra, **PRESENT}).line("docker", "run")
     assert values(argv, "--volume")[1] == "/data/hf:/data/hf" and values(argv, "--env") == ["HF_HOME=/data/hf"]
     assert argv[-4:] == ["--network=host", "--device=/dev/infiniband", "verl-ext:vllm", "bash"]
     sandbox.dotenv("HF_HOME=~/hf\n")
