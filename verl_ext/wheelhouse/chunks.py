@@ -120,10 +120,10 @@ def pack(src: Path, out: Path, chunk_mib: float = 55.0, log: Log = print) -> dic
     paths, target = files_to_pack(src)
     for path in paths:
         parse_filename(path.name)  # refuses anything that is not a wheel/sdist
+    writer = ChunkWriter(out, int(chunk_mib * MIB), log)  # validates the size before anything is removed
     out.mkdir(parents=True, exist_ok=True)
     for old in [*out.glob(f"{TAR_NAME}.*"), out / MANIFEST, out / SUMS]:
         old.unlink(missing_ok=True)
-    writer = ChunkWriter(out, int(chunk_mib * MIB), log)
     entries = []
     with tarfile.open(fileobj=writer, mode="w|", format=tarfile.PAX_FORMAT) as tar:  # type: ignore[call-overload]
         for path in paths:

@@ -183,6 +183,9 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # output piped into `head`
+        sys.stderr.close()
+        return 0
 
 
 if __name__ == "__main__":
