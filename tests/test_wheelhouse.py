@@ -29,6 +29,7 @@ from verl_ext.wheelhouse.closure import check
 from verl_ext.wheelhouse.files import normalize, parse_filename
 from verl_ext.wheelhouse.imports import chain, scan
 from verl_ext.wheelhouse.install import MARKER, install
+from verl_ext.wheelhouse.smoke import smoke
 from verl_ext.wheelhouse.targets import load_target, parse_target
 
 if sys.version_info >= (3, 11):
@@ -129,6 +130,27 @@ def test_pack_verify_install_round_trip(wheel_dir: Path, tmp_path: Path) -> None
     again: list[str] = []
     install(out, site, log=again.append)  # same tar: nothing to do
     assert again and again[0].startswith("already installed")
+
+    smoked: list[str] = []
+    assert smoke(site, modules=["tinya", "tinyc", "tiny_nowhere"], log=smoked.append) == 1
+    assert smoked[0].startswith("ok   tinya") and smoked[1].startswith("ok   tinyc")
+    assert any(line.startswith("FAIL tiny_nowhere") and "ModuleNotFoundError" in line for line in smoked)
+
+
+def test_smoke_reports_attempted_imports_of_skipped_packages(tmp_path: Path) -> None:
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "probe.py").write_text("try:\n    import heavyskip.kernels\nexcept ImportError:\n    pass\n")
+    target = {"env": {"PYTHONPATH": "{site}", "PROBE_FLAG": "{site}/x"}, "smoke_imports": ["probe"],
+              "skipped_imports": ["heavyskip"]}  # fmt: skip
+    (site / MARKER).write_text(json.dumps({"tar_sha256": "0", "target": target}))
+    lines: list[str] = []
+    assert smoke(site, log=lines.append) == 0
+    assert lines[0].startswith("ok   probe")
+    assert any(line.startswith("attempted import of skipped heavyskip: ") and "probe.py:2" in line for line in lines)
+    assert lines[-1] == "skipped packages loaded: none"
+    with pytest.raises(WheelhouseError, match="run `install"):
+        smoke(tmp_path / "elsewhere", log=lines.append)
 
 
 def test_chunks_are_exact_cuts_of_the_tar(wheel_dir: Path, tmp_path: Path) -> None:

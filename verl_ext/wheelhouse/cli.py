@@ -70,7 +70,17 @@ def _cmd_install(args: argparse.Namespace) -> int:
     from verl_ext.wheelhouse.install import install
 
     install(args.chunks, args.target_dir, python=args.python, force=args.force, log=_print)
+    if args.smoke:
+        from verl_ext.wheelhouse.smoke import smoke
+
+        return 1 if smoke(args.target_dir, python=args.python, log=_print) else 0
     return 0
+
+
+def _cmd_smoke(args: argparse.Namespace) -> int:
+    from verl_ext.wheelhouse.smoke import smoke
+
+    return 1 if smoke(args.target_dir, modules=args.module, python=args.python, log=_print) else 0
 
 
 def _cmd_requirements(args: argparse.Namespace) -> int:
@@ -156,7 +166,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--target-dir", type=Path, required=True, help="pip --target dir, e.g. /tmp/site")
     p.add_argument("--python", default=sys.executable, help="interpreter whose pip installs (default: this one)")
     p.add_argument("--force", action="store_true", help="install even if this tar is already installed there")
+    p.add_argument("--smoke", action="store_true", help="then import the target's [smoke] modules (see `smoke`)")
     p.set_defaults(func=_cmd_install)
+
+    p = sub.add_parser("smoke", help="import the target's key modules from the install dir with the target env")
+    p.add_argument("--target-dir", type=Path, required=True, help="the dir `install` filled, e.g. /tmp/site")
+    p.add_argument("--module", action="append", help="module to import, repeatable (default: the target's [smoke])")
+    p.add_argument("--python", default=sys.executable, help="interpreter to import with (default: this one)")
+    p.set_defaults(func=_cmd_smoke)
 
     p = sub.add_parser("requirements", help="print the pinned requirement lines of a target, by bundle")
     p.add_argument("--target", default=DEFAULT_TARGET, help=target_help)

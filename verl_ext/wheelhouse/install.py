@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from verl_ext.wheelhouse import WheelhouseError
-from verl_ext.wheelhouse.chunks import MANIFEST, extract, load_manifest, verify
+from verl_ext.wheelhouse.chunks import extract, load_manifest, verify
 
 MARKER = ".wheelhouse-installed.json"
 Log = Callable[[str], None]
@@ -82,10 +82,9 @@ def install(
             tail = "\n  ".join((proc.stderr or proc.stdout).strip().splitlines()[-15:])
             raise WheelhouseError(f"pip install failed (exit {proc.returncode}):\n  {tail}")
         log(f"pip finished in {time.monotonic() - t0:.1f} s")
-    marker.write_text(
-        json.dumps({"tar_sha256": manifest["tar"]["sha256"], "files": len(manifest["files"]),
-                    "manifest_created": manifest.get("created")}, indent=1) + "\n", encoding="utf-8",
-    )  # fmt: skip
+    record = {"tar_sha256": manifest["tar"]["sha256"], "files": len(manifest["files"]),
+              "manifest_created": manifest.get("created"), "target": manifest.get("target")}  # fmt: skip
+    marker.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
     log(f"installed {len(manifest['files'])} files into {target_dir} in {time.monotonic() - start:.1f} s")
     log("run with:  export " + " ".join(env_lines(manifest, target_dir)))
     return manifest

@@ -10,6 +10,7 @@ A target file has these tables (every unknown key is an error naming it):
   [sdist]    project = "why": pins that have no usable wheel; downloaded as sdists, built with --no-build-isolation
   [skip]     project = { why = "...", imports = ["module", ...] }: dependencies deliberately not brought
   [accept]   project = "why": version mismatches between a carried package's metadata and what the target has
+  [smoke]    imports = ["module", ...]: what `smoke` imports after installing (the GRPO path's key modules)
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ TARGETS_DIR = Path(__file__).parent / "targets"
 DEFAULT_TARGET = "h100-py312-cu130"
 
 _PIN = re.compile(r"^([A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?)==([A-Za-z0-9.+!_-]+)$")
-_TOP_KEYS = {"format", "target", "env", "present", "bundle", "sdist", "skip", "accept"}
+_TOP_KEYS = {"format", "target", "env", "present", "bundle", "sdist", "skip", "accept", "smoke"}
 _TARGET_KEYS = {
     "name": str, "description": str, "python_version": str, "python_full_version": str,
     "implementation": str, "abi": str, "glibc": str, "arch": str, "measured": str,
@@ -81,6 +82,7 @@ class Target:
     sdist: dict[str, str] = field(default_factory=dict)
     skip: dict[str, Skip] = field(default_factory=dict)
     accept: dict[str, str] = field(default_factory=dict)
+    smoke_imports: list[str] = field(default_factory=list)
 
     def to_bring(self) -> list[Pin]:
         """Pins the target lacks (a pin equal to the present version is left out)."""
@@ -119,6 +121,8 @@ class Target:
             "abi": self.abi,
             "platform": self.platforms()[0],
             "env": dict(self.env),
+            "smoke_imports": list(self.smoke_imports),
+            "skipped_imports": sorted({m for skip in self.skip.values() for m in skip.imports}),
         }
 
 
@@ -173,6 +177,12 @@ def parse_target(data: dict[str, Any], path: Path) -> Target:
     target.present = {normalize(k): v for k, v in _string_table(data, "present", where).items()}
     target.sdist = {normalize(k): v for k, v in _string_table(data, "sdist", where).items()}
     target.accept = {normalize(k): v for k, v in _string_table(data, "accept", where).items()}
+    smoke = _table(data, "smoke", where)
+    _check_keys(smoke, {"imports"}, where, "[smoke].")
+    imports = smoke.get("imports", [])
+    if not isinstance(imports, list) or not all(isinstance(m, str) and m for m in imports):
+        raise WheelhouseError(f"{where}: [smoke].imports: expected a list of module names")
+    target.smoke_imports = list(imports)
     for key, value in _table(data, "skip", where).items():
         target.skip[normalize(key)] = _parse_skip(value, where, f"[skip].{key}")
 
