@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import IO, Any, Callable, Iterator
 
 from verl_ext.wheelhouse import WheelhouseError
+from verl_ext.wheelhouse.download import LOCK_NAME, read_lock
 from verl_ext.wheelhouse.files import human, is_dist_file, parse_filename, sha256_file
 
 MANIFEST = "MANIFEST.json"
@@ -93,8 +94,6 @@ class _HashingReader:
 
 def files_to_pack(src: Path) -> tuple[list[Path], dict[str, Any] | None]:
     """The files named by `src`'s download lock (sha256-checked), else every wheel/sdist in `src`."""
-    from verl_ext.wheelhouse.download import LOCK_NAME, read_lock
-
     if not src.is_dir():
         raise WheelhouseError(f"source dir {src} does not exist")
     if (src / LOCK_NAME).exists():
