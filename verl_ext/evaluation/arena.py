@@ -25,7 +25,7 @@ from ..envs import EnvAdapter, make_env
 from ..envs.config import ConfigError
 from ..envs.openspiel_env import legal_move_actions, load_game
 from ..mixture import EnvMixture
-from .policies import MoveRequest, Policy, stable_seed
+from .policies import MoveRequest, Policy, clip, stable_seed
 from .stats import proportion
 
 _OPPONENT = re.compile(r"^(random|mcts(?::(\d+))?)$")
@@ -199,7 +199,7 @@ class Arena:
 
     def _apply_reply(self, g: _Game, reply: str) -> None:
         if len(g.replies) < SAMPLES_PER_MATCH:
-            g.replies.append(reply[:SAMPLE_CHARS] if isinstance(reply, str) else repr(reply)[:SAMPLE_CHARS])
+            g.replies.append(clip(reply, SAMPLE_CHARS))
         result = self.adapter.score(g.case, g.state.serialize(), reply)
         if result.valid and result.parsed is not None:
             action = legal_move_actions(g.state).get(result.parsed)

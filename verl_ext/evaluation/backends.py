@@ -73,6 +73,17 @@ def prompt_ids(tokenizer: Any, messages: Messages) -> list[int]:
     return [int(i) for i in ids]
 
 
+def load_tokenizer(path: str, trust_remote_code: bool) -> Any:
+    """The model's tokenizer; it must have a chat template (prompts are chats, as in training)."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
+    if not getattr(tokenizer, "chat_template", None):
+        raise ConfigError(f"--models: the tokenizer in {path!r} has no chat template; evaluation prompts are "
+                          "chat messages as in training (use an instruct model or add a template)")
+    return tokenizer
+
+
 def check_model_dir(path: str, flag: str) -> None:
     """A clear error before any heavy import when a model/adapter folder does not exist."""
     if not Path(path).is_dir():
@@ -88,17 +99,20 @@ class TransformersBackend:
     def __init__(self, path: str, adapter: str | None, settings: GenerationSettings,
                  trust_remote_code: bool = False) -> None:
         import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoModelForCausalLM
 
         self.settings = settings
         device = settings.device
         if device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"
-        self.device = torch.device(device)
+        try:
+            self.device = torch.device(device)
+        except RuntimeError as err:
+            raise ConfigError(f"--device: invalid device {settings.device!r}: {err}") from None
         dtype = settings.dtype
         if dtype == "auto":
             dtype = "bfloat16" if self.device.type == "cuda" else "float32"
-        self.tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
+        self.tokenizer = load_tokenizer(path, trust_remote_code)
         self.tokenizer.padding_side = "left"
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
@@ -159,11 +173,10 @@ class VLLMBackend:
 
     def __init__(self, path: str, adapter: str | None, settings: GenerationSettings,
                  trust_remote_code: bool = False) -> None:
-        from transformers import AutoTokenizer
         from vllm import LLM
 
         self.settings = settings
-        self.tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
+        self.tokenizer = load_tokenizer(path, trust_remote_code)
         kwargs: dict[str, Any] = {"model": path, "trust_remote_code": trust_remote_code,
                                   "gpu_memory_utilization": settings.vllm_gpu_memory_utilization,
                                   "tensor_parallel_size": settings.vllm_tensor_parallel_size,

@@ -180,6 +180,12 @@ def make_policy(spec: ModelSpec, backend: str, settings: GenerationSettings) -> 
     return ModelPolicy(spec.name, make_backend(backend, spec.path, spec.adapter, settings, spec.trust_remote_code))
 
 
+def clip(reply: object, limit: int = 400) -> str:
+    """A short, printable, valid-UTF-8 excerpt of a reply (whatever the reply is) for the results file."""
+    text = reply if isinstance(reply, str) else repr(reply)
+    return text[:limit].encode("utf-8", "replace").decode("utf-8")
+
+
 def respond_all(policy: Policy, requests: Sequence[MoveRequest], desc: str, progress: bool,
                 chunk: int = 64) -> list[str]:
     """All replies, asked in chunks of ``chunk`` prompts so that a progress bar can follow."""

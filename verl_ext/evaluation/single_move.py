@@ -17,7 +17,7 @@ from tqdm import tqdm
 from ..envs import EnvAdapter, Task, make_env
 from ..envs.openspiel_env import load_game
 from ..mixture import EnvMixture
-from .policies import MoveRequest, Policy, respond_all, stable_seed
+from .policies import MoveRequest, Policy, clip, respond_all, stable_seed
 from .stats import mean_or_none, proportion
 
 SAMPLES_PER_CASE = 2
@@ -39,8 +39,7 @@ def ask(policy: Policy, tasks: list[Task], suite: str, seed: int, progress: bool
 
 def sample(task: Task, reply: str, parsed: str | None, reason: str) -> dict[str, Any]:
     """A short record of one reply for the JSON file (what the model actually wrote)."""
-    return {"task_id": task.task_id, "reply": reply[:SAMPLE_CHARS] if isinstance(reply, str) else repr(reply),
-            "parsed": parsed, "reason": reason}
+    return {"task_id": task.task_id, "reply": clip(reply, SAMPLE_CHARS), "parsed": parsed, "reason": reason}
 
 
 def engine_adapter(mixture: EnvMixture) -> tuple[EnvAdapter | None, dict[str, str]]:
