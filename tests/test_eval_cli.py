@@ -188,3 +188,12 @@ def test_unknown_eval_key_in_config(tmp_path, capsys):
     config.write_text("env:\n  openspiel: {game_types: [tic_tac_toe]}\neval:\n  game_per_case: 3\n")
     assert eval_main(["--config", str(config), "--models", "a=scripted:first", "--out", str(tmp_path / "o")]) == 2
     assert "unknown key eval.game_per_case" in capsys.readouterr().err
+
+
+def test_model_loading_errors_are_clear(tiny_model, tmp_path, capsys):
+    argv = ["--set", "openspiel.game_types=[tic_tac_toe]", "--models", f"m={tiny_model['model']}",
+            "--backend", "transformers", "--no-progress", "--out", str(tmp_path / "o")]
+    assert eval_main([*argv, "--device", "warp-drive"]) == 2
+    assert "--device: invalid device 'warp-drive'" in capsys.readouterr().err
+    assert eval_main([*argv, "--adapter", str(tmp_path / "missing")]) == 2
+    assert "--models m adapter: no such model folder" in capsys.readouterr().err

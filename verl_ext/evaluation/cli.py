@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..envs.config import ConfigError, to_plain
-from ..mixture import EnvMixture
+from ..mixture import EnvMixture, config_dict
 from .backends import BACKENDS, DTYPES, GenerationSettings
 
 SUITES = ("single", "arena", "logic")
@@ -204,6 +204,8 @@ def run(argv: list[str] | None = None) -> int:
             "max_new_tokens": args.max_new_tokens, "temperature": args.temperature, "top_p": args.top_p,
         },
         "env": mixture.settings,
+        "env_resolved": {name: config_dict(adapter) for name, adapter in mixture.adapters.items()},
+        "cases": {name: adapter.cases() for name, adapter in mixture.adapters.items()},
         "val_tasks_per_case": mixture.val_tasks_per_case,
         "models": {},
     }
