@@ -198,10 +198,16 @@ def run(argv: list[str] | None = None) -> int:
     results: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "settings": {
-            "seed": args.seed, "confidence": args.confidence, "suites": suites,
-            "games_per_case": args.games_per_case, "opponents": [o.label for o in arena.settings.opponents]
-            if arena else [], "illegal_retries": args.illegal_retries, "max_game_moves": args.max_game_moves,
-            "max_new_tokens": args.max_new_tokens, "temperature": args.temperature, "top_p": args.top_p,
+            "seed": args.seed,
+            "confidence": args.confidence,
+            "suites": suites,
+            "games_per_case": args.games_per_case,
+            "opponents": [o.label for o in arena.settings.opponents] if arena else [],
+            "illegal_retries": args.illegal_retries,
+            "max_game_moves": args.max_game_moves,
+            "max_new_tokens": args.max_new_tokens,
+            "temperature": args.temperature,
+            "top_p": args.top_p,
         },
         "env": mixture.settings,
         "env_resolved": {name: config_dict(adapter) for name, adapter in mixture.adapters.items()},
@@ -225,8 +231,8 @@ def run(argv: list[str] | None = None) -> int:
         finally:
             policy.close()
         results["models"][spec.name] = model
+        paths = write_all(results, Path(args.out))  # after every model: a later failure keeps earlier results
         print(f"verl-ext eval: {spec.name} done in {time.perf_counter() - started:.1f} s", file=sys.stderr)
-    paths = write_all(results, Path(args.out))
     print(markdown(results))
     print("wrote " + ", ".join(str(p) for p in paths.values()))
     return 0
