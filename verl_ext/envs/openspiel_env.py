@@ -101,6 +101,15 @@ def load_game(case: str) -> pyspiel.Game:
     return pyspiel.load_game(case)
 
 
+def legal_move_actions(state: pyspiel.State) -> dict[str, int]:
+    """Legal moves of the player to move, by the move string a model writes (first action wins on a tie)."""
+    player = state.current_player()
+    moves: dict[str, int] = {}
+    for action in state.legal_actions(player):
+        moves.setdefault(state.action_to_string(player, action), action)
+    return moves
+
+
 def _sample_chance(state: pyspiel.State, rng: random.Random) -> int:
     actions, probs = zip(*state.chance_outcomes())
     return rng.choices(actions, weights=probs, k=1)[0]
@@ -196,8 +205,7 @@ class OpenSpielAdapter:
 
     # ----------------------------------------------------------------- tasks
     def make_task(self, case: str, index: int, seed: int) -> Task:
-        game = load_game(case)
-        state = self._random_position(game, seed)
+        state = self._random_position(load_game(case), seed)
         player = state.current_player()
         moves = [state.action_to_string(player, a) for a in state.legal_actions(player)]
         return Task(
@@ -205,7 +213,7 @@ class OpenSpielAdapter:
             case=case,
             task_id=index,
             seed=seed,
-            messages=({"role": "user", "content": self._prompt(game, state, player, moves)},),
+            messages=({"role": "user", "content": self.position_prompt(case, state)},),
             state=state.serialize(),
             ground_truth=state.serialize(),
             legal_moves=tuple(moves),
@@ -243,7 +251,12 @@ class OpenSpielAdapter:
             return state.observation_string(player)
         return state.information_state_string(player)
 
-    def _prompt(self, game: pyspiel.Game, state: pyspiel.State, player: int, moves: list[str]) -> str:
+    def position_prompt(self, case: str, state: pyspiel.State) -> str:
+        """The prompt for the player to move at decision node ``state`` of ``case``: its own view of the game
+        (the full board for perfect information) and its legal moves. Training tasks and arena games use it."""
+        game = load_game(case)
+        player = state.current_player()
+        moves = [state.action_to_string(player, a) for a in state.legal_actions(player)]
         game_type = game.get_type()
         hidden = game_type.information != pyspiel.GameType.Information.PERFECT_INFORMATION
         lines = [
@@ -265,11 +278,7 @@ class OpenSpielAdapter:
             state = load_game(case).deserialize_state(state_str)
             if state.is_terminal() or state.is_chance_node():
                 raise ValueError(f"serialised state of {case!r} is not a decision node")
-            player = state.current_player()
-            moves: dict[str, int] = {}
-            for action in state.legal_actions(player):
-                moves.setdefault(state.action_to_string(player, action), action)
-            return _Position(state, player, moves)
+            return _Position(state, state.current_player(), legal_move_actions(state))
 
         return self._positions.get_or_compute((case, state_str), build)
 

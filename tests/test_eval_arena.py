@@ -1,0 +1,201 @@
+"""Arena game loop with scripted policies against OpenSpiel bots: known outcomes, forfeits, determinism."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from verl_ext.envs import ConfigError
+from verl_ext.envs.openspiel_env import load_game
+from verl_ext.evaluation.arena import Arena, ArenaSettings, Opponent, legal_adapter, parse_opponents
+from verl_ext.evaluation.policies import MoveRequest, ScriptedPolicy
+from verl_ext.evaluation.stats import proportion, wilson_interval
+from verl_ext.mixture import EnvMixture
+
+RANDOM = (Opponent("random"),)
+
+
+def _arena(games: list[str], **settings) -> Arena:
+    adapter = legal_adapter(EnvMixture({"openspiel": {"cases": games}}))
+    return Arena(adapter, ArenaSettings(**{"opponents": RANDOM, **settings}))
+
+
+def _match(result: dict, case: str, opponent: str = "random") -> dict:
+    return next(m for m in result["matches"] if m["case"] == case and m["opponent"] == opponent)
+
+
+def _check_counts(match: dict) -> None:
+    n = match["games"]
+    assert match["win"]["k"] + match["draw"]["k"] + match["loss"]["k"] == n
+    assert match["forfeit"]["k"] <= match["loss"]["k"]
+    assert sum(sum(seat.values()) for seat in match["by_seat"].values()) == n
+    for key in ("win", "draw", "loss", "forfeit"):
+        p = match[key]
+        assert p["n"] == n and 0.0 <= p["ci_low"] <= p["rate"] <= p["ci_high"] <= 1.0
+    assert 0.0 <= match["score"] <= 1.0 and 0.0 <= match["mean_normalised_return"] <= 1.0
+
+
+def test_random_vs_random_is_even_with_alternating_seats():
+    games = {"tic_tac_toe": 300, "connect_four": 200}
+    for case, n in games.items():
+        result = _arena([case], games_per_case=n).play(ScriptedPolicy("rnd", "random"), progress=False)
+        match = _match(result, case)
+        _check_counts(match)
+        assert match["forfeit"]["k"] == 0 and match["rejected_replies"] == 0
+        # By symmetry wins and losses are equally likely; 0.15 is about three standard errors here.
+        assert abs(match["win"]["rate"] - match["loss"]["rate"]) < 0.15, match
+        # Seats alternate, and moving first is an advantage in both games.
+        seats = match["by_seat"]
+        assert sum(seats["0"].values()) == sum(seats["1"].values()) == n // 2
+        assert seats["0"]["win"] > seats["1"]["win"]
+
+
+@pytest.mark.parametrize("case,simulations,n", [("tic_tac_toe", 100, 20), ("connect_four", 50, 10)])
+def test_mcts_beats_random_far_above_chance(case, simulations, n):
+    opponent = Opponent("mcts", simulations)
+    result = _arena([case], games_per_case=n, opponents=(opponent,)).play(ScriptedPolicy("rnd", "random"),
+                                                                           progress=False)
+    match = _match(result, case, opponent.label)
+    _check_counts(match)
+    assert match["win"]["ci_high"] < 0.5  # the random policy almost never wins
+    assert match["loss"]["ci_low"] > 0.5  # MCTS wins most games
+
+
+def test_always_illegal_forfeits_every_game_and_retries_are_counted():
+    n, retries = 6, 2
+    result = _arena(["tic_tac_toe", "leduc_poker"], games_per_case=n, illegal_retries=retries).play(
+        ScriptedPolicy("bad", "illegal"), progress=False)
+    for match in result["matches"]:
+        _check_counts(match)
+        assert match["forfeit"]["k"] == match["loss"]["k"] == n
+        assert match["model_moves"] == 0
+        assert match["rejected_replies"] == n * (1 + retries) and match["retries"] == n * retries
+        assert match["forfeit_reasons"] == {"illegal_move": n}
+
+
+class _FixesOnRetry:
+    """Illegal on the first try, first legal move once told the reply was rejected."""
+
+    name = "fixer"
+
+    def __init__(self) -> None:
+        self.retry_prompts: list[tuple[dict, ...]] = []
+
+    def respond(self, requests: list[MoveRequest]) -> list[str]:
+        replies = []
+        for r in requests:
+            if len(r.messages) == 1:
+                replies.append("<answer>not a move</answer>")
+            else:
+                self.retry_prompts.append(r.messages)
+                replies.append(f"<answer>{r.legal_moves[0]}</answer>")
+        return replies
+
+    def close(self) -> None:
+        return None
+
+
+def test_a_retry_shows_the_rejected_reply_and_can_save_the_game():
+    policy = _FixesOnRetry()
+    result = _arena(["tic_tac_toe"], games_per_case=4, illegal_retries=1).play(policy, progress=False)
+    match = _match(result, "tic_tac_toe")
+    _check_counts(match)
+    assert match["forfeit"]["k"] == 0 and match["model_moves"] > 0
+    assert match["rejected_replies"] == match["retries"] == match["model_moves"]
+    first = policy.retry_prompts[0]
+    assert [m["role"] for m in first] == ["user", "assistant", "user"]
+    assert first[1]["content"] == "<answer>not a move</answer>" and "illegal_move" in first[2]["content"]
+    # without retries the same policy forfeits at once
+    strict = _arena(["tic_tac_toe"], games_per_case=4).play(_FixesOnRetry(), progress=False)
+    assert _match(strict, "tic_tac_toe")["forfeit"]["k"] == 4
+
+
+class _Hostile:
+    """Replies no parser should choke on."""
+
+    name = "hostile"
+    REPLIES = ["", "\x00\x01", "<answer>" + "x" * 100_000 + "</answer>", "<answer>0</answer><answer>1</answer>",
+               "<answer>\n</answer>", "<answer>０</answer>", "<ANSWER>", None, 12345, "</answer><answer>",
+               "<answer>" + "\ud800" + "</answer>"]
+
+    def __init__(self) -> None:
+        self.i = 0
+
+    def respond(self, requests: list[MoveRequest]) -> list:
+        out = []
+        for _ in requests:
+            out.append(self.REPLIES[self.i % len(self.REPLIES)])
+            self.i += 1
+        return out
+
+    def close(self) -> None:
+        return None
+
+
+def test_hostile_replies_forfeit_without_crashing():
+    n = len(_Hostile.REPLIES)
+    result = _arena(["tic_tac_toe"], games_per_case=n).play(_Hostile(), progress=False)
+    json.dumps(result).encode()  # samples of the replies stay valid UTF-8
+    match = _match(result, "tic_tac_toe")
+    _check_counts(match)
+    assert match["forfeit"]["k"] == n
+    assert sum(match["forfeit_reasons"].values()) == n
+    assert set(match["forfeit_reasons"]) >= {"no_answer_tag", "several_answer_tags", "not_text"}
+
+
+def test_same_seed_same_games_and_another_seed_differs():
+    cases = ["tic_tac_toe", "leduc_poker"]  # leduc: chance nodes and hidden cards
+    runs = [_arena(cases, games_per_case=12, seed=seed).play(ScriptedPolicy("rnd", "random"), progress=False)
+            for seed in (7, 7, 8)]
+    assert runs[0] == runs[1]
+    assert runs[0] != runs[2]
+
+
+def test_move_cap_counts_unfinished_games_as_draws():
+    result = _arena(["connect_four"], games_per_case=4, max_game_moves=3).play(ScriptedPolicy("f", "first"),
+                                                                                progress=False)
+    match = _match(result, "connect_four")
+    assert match["truncated"] == match["draw"]["k"] == 4 and match["mean_game_length"] == 3
+
+
+def test_mcts_is_skipped_where_openspiel_mcts_cannot_play():
+    mixture = EnvMixture({"openspiel": {"cases": ["tic_tac_toe", "hanabi(players=2)"]}})
+    arena = Arena(legal_adapter(mixture), ArenaSettings(games_per_case=2, opponents=(Opponent("mcts", 5),)))
+    result = arena.play(ScriptedPolicy("rnd", "random"), progress=False)
+    assert [m["case"] for m in result["matches"]] == ["tic_tac_toe"]
+    assert result["skipped"][0]["case"] == "hanabi(players=2)" and "terminal rewards" in result["skipped"][0]["reason"]
+
+
+def test_prompts_are_the_training_prompts_and_hide_private_information():
+    mixture = EnvMixture({"openspiel": {"cases": ["tic_tac_toe", "leduc_poker"], "num_tasks_per_case": 4}})
+    adapter = mixture.adapters["openspiel"]
+    for ref in mixture.plan("train"):
+        task = mixture.build(ref)
+        state = load_game(task.case).deserialize_state(task.state)
+        assert adapter.position_prompt(task.case, state) == task.messages[0]["content"]
+        if task.case == "leduc_poker":
+            player = state.current_player()
+            prompt = adapter.position_prompt(task.case, state)
+            assert state.information_state_string(player).rstrip() in prompt
+            assert str(state).rstrip() not in prompt  # the full state shows both private cards
+
+
+def test_opponent_parsing_names_the_bad_entry():
+    assert [o.label for o in parse_opponents("random, mcts:64")] == ["random", "mcts:64"]
+    assert parse_opponents("mcts")[0].simulations > 0
+    for bad, needle in (("random,alphazero", "'alphazero'"), ("mcts:0", "'mcts:0'"), ("mcts:x", "'mcts:x'"),
+                        ("", "at least one"), ("random,random", "twice")):
+        with pytest.raises(ConfigError, match=needle):
+            parse_opponents(bad)
+
+
+def test_wilson_interval_matches_published_values():
+    # Newcombe (1998), Table I: 0/10 -> (0, 0.2775); 5/10 -> (0.2366, 0.7634); 81/263 -> (0.2553, 0.3662)
+    for k, n, (lo, hi) in ((0, 10, (0.0, 0.2775)), (5, 10, (0.2366, 0.7634)), (81, 263, (0.2553, 0.3662))):
+        low, high = wilson_interval(k, n)
+        assert low == pytest.approx(lo, abs=1e-4) and high == pytest.approx(hi, abs=1e-4)
+    assert wilson_interval(10, 10)[1] == 1.0 and wilson_interval(0, 0) == (0.0, 1.0)
+    assert proportion(0, 0)["rate"] is None
+    with pytest.raises(ValueError):
+        wilson_interval(3, 2)

@@ -1,0 +1,246 @@
+"""Text generation for evaluation: vLLM when installed (batched, GPU), transformers otherwise.
+
+Both backends build the prompt the way training does: ``tokenizer.apply_chat_template(messages,
+add_generation_prompt=True)`` on the task's chat messages, and decode the new tokens with
+``skip_special_tokens=True``. Remote code is never trusted unless asked for.
+"""
+
+from __future__ import annotations
+
+import gc
+import importlib.util
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from ..envs.config import ConfigError
+
+logger = logging.getLogger(__name__)
+BACKENDS = ("auto", "transformers", "vllm")
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+Messages = Sequence[dict[str, str]]
+
+
+@dataclass(frozen=True)
+class GenerationSettings:
+    """Decoding settings shared by both backends. ``temperature == 0`` means greedy decoding."""
+
+    max_new_tokens: int = 512
+    temperature: float = 0.0
+    top_p: float = 1.0
+    batch_size: int = 16
+    device: str = "auto"
+    dtype: str = "auto"
+    vllm_gpu_memory_utilization: float = 0.85
+    vllm_max_model_len: int | None = None
+    vllm_tensor_parallel_size: int = 1
+    vllm_max_lora_rank: int = 64
+
+    def validate(self) -> None:
+        if self.max_new_tokens <= 0:
+            raise ConfigError(f"--max-new-tokens: must be > 0, got {self.max_new_tokens}")
+        if self.temperature < 0:
+            raise ConfigError(f"--temperature: must be >= 0, got {self.temperature}")
+        if not 0.0 < self.top_p <= 1.0:
+            raise ConfigError(f"--top-p: must be in (0, 1], got {self.top_p}")
+        if self.batch_size <= 0:
+            raise ConfigError(f"--batch-size: must be > 0, got {self.batch_size}")
+        if self.dtype not in DTYPES:
+            raise ConfigError(f"--dtype: unknown {self.dtype!r} (choose from {', '.join(DTYPES)})")
+        if not 0.0 < self.vllm_gpu_memory_utilization <= 1.0:
+            raise ConfigError(f"--vllm-gpu-memory-utilization: must be in (0, 1], got "
+                              f"{self.vllm_gpu_memory_utilization}")
+
+
+class Backend(Protocol):
+    """Generates one reply per chat; ``seeds`` (one per chat) make sampled decoding reproducible."""
+
+    name: str
+
+    def generate(self, chats: Sequence[Messages], seeds: Sequence[int]) -> list[str]: ...
+
+    def close(self) -> None: ...
+
+
+def prompt_ids(tokenizer: Any, messages: Messages) -> list[int]:
+    """Token ids of the chat prompt, as verl builds them for training rollouts."""
+    ids = tokenizer.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=True,
+                                        return_dict=False)
+    if hasattr(ids, "keys"):
+        ids = ids["input_ids"]
+    return [int(i) for i in ids]
+
+
+def load_tokenizer(path: str, trust_remote_code: bool) -> Any:
+    """The model's tokenizer; it must have a chat template (prompts are chats, as in training)."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
+    if not getattr(tokenizer, "chat_template", None):
+        raise ConfigError(f"--models: the tokenizer in {path!r} has no chat template; evaluation prompts are "
+                          "chat messages as in training (use an instruct model or add a template)")
+    return tokenizer
+
+
+def check_model_dir(path: str, flag: str) -> None:
+    """A clear error before any heavy import when a model/adapter folder does not exist."""
+    if not Path(path).is_dir():
+        raise ConfigError(f"{flag}: no such model folder {path!r}")
+
+
+# --------------------------------------------------------------------------- transformers
+class TransformersBackend:
+    """Batched ``model.generate`` with left padding (CPU or one GPU); LoRA adapters through PEFT."""
+
+    name = "transformers"
+
+    def __init__(self, path: str, adapter: str | None, settings: GenerationSettings,
+                 trust_remote_code: bool = False) -> None:
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        self.settings = settings
+        device = settings.device
+        if device == "auto":
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        try:
+            self.device = torch.device(device)
+        except RuntimeError as err:
+            raise ConfigError(f"--device: invalid device {settings.device!r}: {err}") from None
+        dtype = settings.dtype
+        if dtype == "auto":
+            dtype = "bfloat16" if self.device.type == "cuda" else "float32"
+        self.tokenizer = load_tokenizer(path, trust_remote_code)
+        self.tokenizer.padding_side = "left"
+        if self.tokenizer.pad_token_id is None:
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype),
+                                                     trust_remote_code=trust_remote_code)
+        if adapter:
+            from peft import PeftModel
+
+            model = PeftModel.from_pretrained(model, adapter)
+        self.model = model.to(self.device).eval()
+        eos = getattr(self.model.generation_config, "eos_token_id", None)
+        if eos is None:
+            eos = self.tokenizer.eos_token_id
+        self.eos_token_id = eos
+
+    def generate(self, chats: Sequence[Messages], seeds: Sequence[int]) -> list[str]:
+        import torch
+
+        encoded = [prompt_ids(self.tokenizer, chat) for chat in chats]
+        # Similar lengths in a batch waste less padding; the order is fixed, so results stay deterministic.
+        order = sorted(range(len(encoded)), key=lambda i: (len(encoded[i]), i))
+        replies: list[str] = [""] * len(encoded)
+        size = self.settings.batch_size
+        for start in range(0, len(order), size):
+            batch = order[start:start + size]
+            padded = self.tokenizer.pad({"input_ids": [encoded[i] for i in batch]}, padding=True,
+                                        return_tensors="pt")
+            kwargs: dict[str, Any] = {"max_new_tokens": self.settings.max_new_tokens,
+                                      "pad_token_id": self.tokenizer.pad_token_id,
+                                      "eos_token_id": self.eos_token_id}
+            if self.settings.temperature > 0:
+                kwargs.update(do_sample=True, temperature=self.settings.temperature, top_p=self.settings.top_p)
+                torch.manual_seed(seeds[batch[0]])
+            else:
+                kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
+            with torch.no_grad():
+                out = self.model.generate(input_ids=padded["input_ids"].to(self.device),
+                                          attention_mask=padded["attention_mask"].to(self.device), **kwargs)
+            new_tokens = out[:, padded["input_ids"].shape[1]:]
+            for row, i in zip(new_tokens.tolist(), batch):
+                replies[i] = self.tokenizer.decode(row, skip_special_tokens=True)
+        return replies
+
+    def close(self) -> None:
+        import torch
+
+        del self.model
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
+
+# --------------------------------------------------------------------------- vLLM (GPU only; untested on CPU CI)
+class VLLMBackend:
+    """``vllm.LLM`` with one ``SamplingParams`` per prompt (seeded) and an optional LoRA adapter."""
+
+    name = "vllm"
+
+    def __init__(self, path: str, adapter: str | None, settings: GenerationSettings,
+                 trust_remote_code: bool = False) -> None:
+        from vllm import LLM
+
+        self.settings = settings
+        self.tokenizer = load_tokenizer(path, trust_remote_code)
+        kwargs: dict[str, Any] = {"model": path, "trust_remote_code": trust_remote_code,
+                                  "gpu_memory_utilization": settings.vllm_gpu_memory_utilization,
+                                  "tensor_parallel_size": settings.vllm_tensor_parallel_size,
+                                  "enable_lora": adapter is not None}
+        if settings.dtype != "auto":
+            kwargs["dtype"] = settings.dtype
+        if settings.vllm_max_model_len:
+            kwargs["max_model_len"] = settings.vllm_max_model_len
+        if adapter is not None:
+            kwargs["max_lora_rank"] = settings.vllm_max_lora_rank
+        self.llm = LLM(**kwargs)
+        self.lora_request = None
+        if adapter is not None:
+            from vllm.lora.request import LoRARequest
+
+            self.lora_request = LoRARequest("eval_adapter", 1, str(Path(adapter).resolve()))
+
+    def generate(self, chats: Sequence[Messages], seeds: Sequence[int]) -> list[str]:
+        from vllm import SamplingParams
+
+        greedy = self.settings.temperature <= 0
+        params = [SamplingParams(max_tokens=self.settings.max_new_tokens,
+                                 temperature=0.0 if greedy else self.settings.temperature,
+                                 top_p=1.0 if greedy else self.settings.top_p, seed=int(seed),
+                                 skip_special_tokens=True)
+                  for seed in seeds]
+        prompts = [{"prompt_token_ids": prompt_ids(self.tokenizer, chat)} for chat in chats]
+        outputs = self.llm.generate(prompts, params, lora_request=self.lora_request, use_tqdm=False)
+        return [out.outputs[0].text if out.outputs else "" for out in outputs]
+
+    def close(self) -> None:
+        engine = getattr(self.llm, "llm_engine", None)
+        shutdown = getattr(getattr(engine, "engine_core", None), "shutdown", None)
+        if callable(shutdown):
+            shutdown()
+        del self.llm
+        gc.collect()
+        try:
+            import torch
+
+            torch.cuda.empty_cache()
+        except Exception:  # pragma: no cover - best effort only
+            pass
+
+
+def vllm_available() -> bool:
+    """vLLM is importable and a CUDA GPU is visible."""
+    if importlib.util.find_spec("vllm") is None:
+        return False
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def make_backend(kind: str, path: str, adapter: str | None, settings: GenerationSettings,
+                 trust_remote_code: bool = False) -> Backend:
+    """Build the backend ``kind`` (``auto`` picks vLLM when it is installed and a GPU is visible)."""
+    if kind not in BACKENDS:
+        raise ConfigError(f"--backend: unknown {kind!r} (choose from {', '.join(BACKENDS)})")
+    if kind == "auto":
+        kind = "vllm" if vllm_available() else "transformers"
+    if kind == "vllm":
+        if importlib.util.find_spec("vllm") is None:
+            raise ConfigError("--backend vllm: vllm is not installed (pip install 'verl-ext[vllm]')")
+        logger.info("generating with vLLM")
+        return VLLMBackend(path, adapter, settings, trust_remote_code)
+    return TransformersBackend(path, adapter, settings, trust_remote_code)

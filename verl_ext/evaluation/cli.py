@@ -1,0 +1,252 @@
+"""``verl-ext eval``: held-out single-move tasks, full games against OpenSpiel bots, and logic puzzles.
+
+Example (base vs LoRA-trained, transformers or vLLM backend picked automatically)::
+
+    verl-ext eval --config eval.yaml --models base=Qwen2.5-0.5B-Instruct \\
+        trained=Qwen2.5-0.5B-Instruct,adapter=checkpoints/lora --opponents random,mcts:200 --out outputs/eval
+
+The YAML holds the env section used for training (``env:`` or ``data: {env: ...}``, or the whole file)
+and optionally an ``eval:`` section with defaults for any flag below (``games_per_case: 50``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from ..envs.config import ConfigError, to_plain
+from ..mixture import EnvMixture, config_dict
+from .backends import BACKENDS, DTYPES, GenerationSettings
+
+SUITES = ("single", "arena", "logic")
+SUITE_KEYS = {"single": "single_move", "arena": "arena", "logic": "logic"}
+SCHEMA_VERSION = 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="verl-ext eval", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--config", help="YAML with the env section (as in training) and optional 'eval:' defaults")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="env override, e.g. --set openspiel.game_types=[tic_tac_toe] (repeatable)")
+    p.add_argument("--models", nargs="+", default=None, metavar="NAME=PATH[,adapter=PATH]",
+                   help="models to compare: HF folders (merged checkpoints too), base+LoRA via adapter=..., "
+                        "or scripted baselines scripted:first|random|illegal")
+    p.add_argument("--adapter", help="LoRA adapter folder for the single --models entry (same as ,adapter=PATH)")
+    p.add_argument("--suites", default="auto",
+                   help="comma list of single,arena,logic (auto: single+arena if openspiel is configured, "
+                        "logic if logic is)")
+    p.add_argument("--games-per-case", type=int, default=20, help="games per case and opponent (seats alternate)")
+    p.add_argument("--opponents", default="random,mcts:200", help="comma list of random, mcts:N (N simulations)")
+    p.add_argument("--illegal-retries", type=int, default=0,
+                   help="extra tries after an illegal/unparseable move before it forfeits (default 0: forfeit)")
+    p.add_argument("--max-game-moves", type=int, default=0,
+                   help="stop a game after this many moves and count it a draw (0: the game's own end)")
+    p.add_argument("--seed", type=int, default=0, help="seeds games, bots, chance and sampling")
+    p.add_argument("--confidence", type=float, default=0.95, help="level of the Wilson intervals")
+    p.add_argument("--max-new-tokens", type=int, default=512)
+    p.add_argument("--temperature", type=float, default=0.0, help="0: greedy decoding")
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--backend", choices=BACKENDS, default="auto", help="auto: vLLM if installed and a GPU is seen")
+    p.add_argument("--batch-size", type=int, default=16, help="prompts per generate call (transformers)")
+    p.add_argument("--device", default="auto", help="transformers device (auto: cuda if available, else cpu)")
+    p.add_argument("--dtype", choices=DTYPES, default="auto", help="auto: bfloat16 on GPU, float32 on CPU")
+    p.add_argument("--vllm-gpu-memory-utilization", type=float, default=0.85)
+    p.add_argument("--vllm-max-model-len", type=int, default=None)
+    p.add_argument("--vllm-tensor-parallel-size", type=int, default=1)
+    p.add_argument("--vllm-max-lora-rank", type=int, default=64)
+    p.add_argument("--out", help="output folder for results.json, results.md, results.png")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    return p
+
+
+def load_config(path: str | None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(env section, eval defaults) from a YAML file; both empty without one."""
+    if not path:
+        return {}, {}
+    from omegaconf import OmegaConf
+
+    if not Path(path).is_file():
+        raise ConfigError(f"--config: no such file {path!r}")
+    try:
+        loaded = to_plain(OmegaConf.load(path))
+    except Exception as err:  # yaml errors carry line numbers
+        raise ConfigError(f"--config: cannot read {path!r}: {err}") from None
+    if not isinstance(loaded, dict):
+        raise ConfigError(f"--config: {path!r} must hold a mapping, got {type(loaded).__name__}")
+    eval_section = loaded.get("eval") or {}
+    if not isinstance(eval_section, dict):
+        raise ConfigError(f"--config: 'eval' in {path!r} must be a mapping of flag defaults")
+    if "env" in loaded:
+        env = loaded["env"]
+    elif isinstance(loaded.get("data"), dict) and "env" in loaded["data"]:
+        env = loaded["data"]["env"]
+    else:
+        env = {k: v for k, v in loaded.items() if k != "eval"}
+    return env or {}, eval_section
+
+
+def apply_overrides(section: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """``--set KEY=VALUE`` dotlist overrides on top of the env section."""
+    from omegaconf import OmegaConf
+
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"--set: expected KEY=VALUE (e.g. openspiel.game_types=[hex]), got {item!r}")
+    if not overrides:
+        return section
+    merged = OmegaConf.merge(OmegaConf.create(section), OmegaConf.from_dotlist(overrides))
+    return OmegaConf.to_container(merged, resolve=True)  # type: ignore[return-value]
+
+
+def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, dict[str, Any]]:
+    """Flags over YAML ``eval:`` defaults over built-in defaults; returns (args, env section)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    env, eval_defaults = load_config(args.config)
+    if eval_defaults:
+        known = {a.dest for a in parser._actions} - {"help", "config", "overrides"}
+        defaults = {}
+        for key, value in eval_defaults.items():
+            dest = str(key).replace("-", "_")
+            if dest not in known:
+                raise ConfigError(f"--config: unknown key eval.{key} (known: {', '.join(sorted(known))})")
+            if dest == "models" and isinstance(value, dict):
+                value = [_model_entry(name, spec) for name, spec in value.items()]
+            elif dest == "models" and isinstance(value, str):
+                value = [value]
+            elif dest in ("opponents", "suites") and isinstance(value, list):
+                value = ",".join(map(str, value))
+            defaults[dest] = value
+        parser.set_defaults(**defaults)
+        args = parser.parse_args(argv)
+    return args, apply_overrides(env, list(args.overrides))
+
+
+def _model_entry(name: str, spec: Any) -> str:
+    """YAML ``models: {name: path}`` or ``{name: {path: ..., adapter: ...}}`` -> a --models entry."""
+    if isinstance(spec, str):
+        return f"{name}={spec}"
+    if isinstance(spec, dict) and "path" in spec:
+        extra = [f"{k}={v}" for k, v in spec.items() if k != "path"]
+        return ",".join([f"{name}={spec['path']}", *extra])
+    raise ConfigError(f"--config: eval.models.{name} must be a path or a mapping with 'path', got {spec!r}")
+
+
+def resolve_suites(text: str, mixture: EnvMixture) -> list[str]:
+    """The suites to run, checked against the configured envs."""
+    if text.strip() == "auto":
+        suites = (["single", "arena"] if "openspiel" in mixture.adapters else [])
+        return suites + (["logic"] if "logic" in mixture.adapters else [])
+    suites = [s.strip() for s in text.split(",") if s.strip()]
+    if not suites:
+        raise ConfigError("--suites: name at least one of single, arena, logic")
+    for suite in suites:
+        if suite not in SUITES:
+            raise ConfigError(f"--suites: unknown suite {suite!r} (choose from {', '.join(SUITES)}, or auto)")
+        env = "logic" if suite == "logic" else "openspiel"
+        if env not in mixture.adapters:
+            raise ConfigError(f"--suites: {suite!r} needs the {env!r} env; configure it (e.g. --set "
+                              f"{'logic.cases=[mini_sudoku]' if env == 'logic' else 'openspiel.game_types=[hex]'})")
+    return [s for s in SUITES if s in suites]
+
+
+def run(argv: list[str] | None = None) -> int:
+    """Parse, evaluate every model, write the outputs. Raises ConfigError on bad input."""
+    from .arena import Arena, ArenaSettings, legal_adapter, parse_opponents
+    from .logic import evaluate_logic
+    from .policies import make_policy, parse_model_specs
+    from .report import markdown, write_all
+    from .single_move import engine_adapter, evaluate_single_move
+
+    args, env_section = parse_args(argv)
+    if not args.out:
+        raise ConfigError("--out: required (folder for results.json, results.md, results.png)")
+    if not args.models:
+        raise ConfigError("--models: name at least one model (e.g. --models base=/path/to/model)")
+    entries = list(args.models)
+    if args.adapter:
+        if len(entries) != 1:
+            raise ConfigError("--adapter: applies to a single --models entry; with several, write "
+                              "name=path,adapter=PATH per model")
+        entries[0] += f",adapter={args.adapter}"
+    specs = parse_model_specs(entries)
+    if not 0 < args.confidence < 1:
+        raise ConfigError(f"--confidence: must be in (0, 1), got {args.confidence}")
+    generation = GenerationSettings(
+        max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p,
+        batch_size=args.batch_size, device=args.device, dtype=args.dtype,
+        vllm_gpu_memory_utilization=args.vllm_gpu_memory_utilization, vllm_max_model_len=args.vllm_max_model_len,
+        vllm_tensor_parallel_size=args.vllm_tensor_parallel_size, vllm_max_lora_rank=args.vllm_max_lora_rank)
+    generation.validate()
+    mixture = EnvMixture(env_section, where="env")
+    suites = resolve_suites(args.suites, mixture)
+    arena = None
+    if "arena" in suites:
+        arena_settings = ArenaSettings(games_per_case=args.games_per_case,
+                                       opponents=tuple(parse_opponents(args.opponents)),
+                                       illegal_retries=args.illegal_retries, max_game_moves=args.max_game_moves,
+                                       seed=args.seed, confidence=args.confidence)
+        arena = Arena(legal_adapter(mixture), arena_settings)
+    engine, engine_skipped = engine_adapter(mixture) if "single" in suites else (None, {})
+    progress = not args.no_progress
+
+    results: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
+        "settings": {
+            "seed": args.seed,
+            "confidence": args.confidence,
+            "suites": suites,
+            "games_per_case": args.games_per_case,
+            "opponents": [o.label for o in arena.settings.opponents] if arena else [],
+            "illegal_retries": args.illegal_retries,
+            "max_game_moves": args.max_game_moves,
+            "max_new_tokens": args.max_new_tokens,
+            "temperature": args.temperature,
+            "top_p": args.top_p,
+        },
+        "env": mixture.settings,
+        "env_resolved": {name: config_dict(adapter) for name, adapter in mixture.adapters.items()},
+        "cases": {name: adapter.cases() for name, adapter in mixture.adapters.items()},
+        "val_tasks_per_case": mixture.val_tasks_per_case,
+        "models": {},
+    }
+    for spec in specs:
+        started = time.perf_counter()
+        policy = make_policy(spec, args.backend, generation)
+        backend = getattr(getattr(policy, "backend", None), "name", "scripted")
+        model: dict[str, Any] = {"spec": spec.describe(), "backend": backend}
+        try:
+            if "single" in suites:
+                model["single_move"] = evaluate_single_move(policy, mixture, engine, engine_skipped, args.seed,
+                                                            args.confidence, progress)
+            if arena is not None:
+                model["arena"] = arena.play(policy, progress)
+            if "logic" in suites:
+                model["logic"] = evaluate_logic(policy, mixture, args.seed, args.confidence, progress)
+        finally:
+            policy.close()
+        results["models"][spec.name] = model
+        paths = write_all(results, Path(args.out))  # after every model: a later failure keeps earlier results
+        print(f"verl-ext eval: {spec.name} done in {time.perf_counter() - started:.1f} s", file=sys.stderr)
+    print(markdown(results))
+    print("wrote " + ", ".join(str(p) for p in paths.values()))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Console entry (``verl-ext eval``): 0 on success, 2 on a configuration error."""
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        return run(argv)
+    except ConfigError as err:
+        print(f"verl-ext eval: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,197 @@
+"""Outputs of an evaluation: ``results.json``, ``results.md`` (tables) and ``results.png`` (side-by-side plot)."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+SUITE_TITLES = {"single_move": "Held-out single-move tasks", "arena": "Full games against OpenSpiel bots",
+                "logic": "Held-out logic puzzles (reasoning-gym)"}
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def write_json(results: dict[str, Any], path: Path) -> None:
+    """Fixed key order (models in the order given) and indentation: the same results give the same bytes."""
+    _atomic_write(path, (json.dumps(results, indent=2) + "\n").encode())
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.1f}"
+
+
+def _rate_ci(prop: dict[str, Any] | None) -> str:
+    if not prop or prop.get("rate") is None:
+        return "-"
+    return f"{_pct(prop['rate'])} [{_pct(prop['ci_low'])}, {_pct(prop['ci_high'])}]"
+
+
+def _num(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    out += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows]
+    return out
+
+
+def _models_with(results: dict[str, Any], suite: str) -> list[str]:
+    return [name for name, model in results["models"].items() if model.get(suite) is not None]
+
+
+def markdown(results: dict[str, Any]) -> str:
+    """Tables per suite: one row per case (per opponent in the arena), models side by side."""
+    settings = results["settings"]
+    lines = ["# verl-ext evaluation", "",
+             f"Models: {', '.join(results['models'])}. Seed {settings['seed']}; rates in %, "
+             f"[{int(round(100 * settings['confidence']))}% Wilson interval].", ""]
+    names = _models_with(results, "single_move")
+    if names:
+        lines += [f"## {SUITE_TITLES['single_move']}", "",
+                  "legal = legal-move rate, format = well-formed answer rate, engine = mean engine-shaped score "
+                  "(illegal = 0).", ""]
+        header = ["case", "n"] + [f"{m}: {k}" for m in names for k in ("legal", "format", "engine")]
+        first = results["models"][names[0]]["single_move"]
+        rows = []
+        for case in [*first["cases"], None]:
+            label = "**all**" if case is None else case
+            row = [label, str((first["overall"] if case is None else first["cases"][case])["n"])]
+            for m in names:
+                r = results["models"][m]["single_move"]
+                r = r["overall"] if case is None else r["cases"][case]
+                row += [_rate_ci(r["legal"]), _pct(r["format"]["rate"]), _num(r["engine_score"])]
+            rows.append(row)
+        lines += _table(header, rows) + [""]
+    names = _models_with(results, "arena")
+    if names:
+        lines += [f"## {SUITE_TITLES['arena']}", "",
+                  f"Seats alternate; {settings['games_per_case']} games per case and opponent. W/D/L = wins/draws/"
+                  "losses, win % with its interval; forfeits (illegal or unparseable moves) count as losses.", ""]
+        header = ["case", "opponent"] + [f"{m}: {k}" for m in names for k in ("W/D/L", "win %", "forfeits")]
+        first = results["models"][names[0]]["arena"]
+        rows = []
+        for i, match in enumerate(first["matches"]):
+            row = [match["case"], match["opponent"]]
+            for m in names:
+                r = results["models"][m]["arena"]["matches"][i]
+                row += [f"{r['win']['k']}/{r['draw']['k']}/{r['loss']['k']}", _rate_ci(r["win"]),
+                        str(r["forfeit"]["k"])]
+            rows.append(row)
+        lines += _table(header, rows)
+        for skip in first["skipped"]:
+            lines.append(f"\nSkipped {skip['case']} vs {skip['opponent']}: {skip['reason']}.")
+        lines.append("")
+    names = _models_with(results, "logic")
+    if names:
+        lines += [f"## {SUITE_TITLES['logic']}", "", "accuracy = answers the dataset scores as correct.", ""]
+        header = ["dataset", "n"] + [f"{m}: {k}" for m in names for k in ("accuracy", "format")]
+        first = results["models"][names[0]]["logic"]
+        rows = []
+        for case in [*first["cases"], None]:
+            label = "**all**" if case is None else case
+            row = [label, str((first["overall"] if case is None else first["cases"][case])["n"])]
+            for m in names:
+                r = results["models"][m]["logic"]
+                r = r["overall"] if case is None else r["cases"][case]
+                row += [_rate_ci(r["accuracy"]), _pct(r["format"]["rate"])]
+            rows.append(row)
+        lines += _table(header, rows) + [""]
+    return "\n".join(lines)
+
+
+def _short(case: str, limit: int = 28) -> str:
+    return case if len(case) <= limit else case[: limit - 1] + "…"
+
+
+def plot(results: dict[str, Any], path: Path) -> None:
+    """Grouped bars per panel (single-move legal rate and engine score, arena win rate, logic accuracy),
+    one colour per model, Wilson intervals as error bars."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    panels: list[tuple[str, list[str], dict[str, list[tuple[float, float, float]]]]] = []
+
+    def collect(suite: str, title: str, items: list[tuple[str, Any]]) -> None:
+        names = _models_with(results, suite)
+        if not names or not items:
+            return
+        values = {m: [getter(results["models"][m][suite]) for _, getter in items] for m in names}
+        panels.append((title, [label for label, _ in items], values))
+
+    def prop(getter: Any) -> Any:
+        def get(suite_result: dict[str, Any]) -> tuple[float, float, float]:
+            p = getter(suite_result)
+            rate = p["rate"] or 0.0
+            return rate, max(0.0, rate - p["ci_low"]), max(0.0, p["ci_high"] - rate)
+        return get
+
+    def plain(getter: Any) -> Any:
+        return lambda r: ((getter(r) or 0.0), 0.0, 0.0)
+
+    first = next((m for m in results["models"].values() if m.get("single_move")), None)
+    if first:
+        cases = list(first["single_move"]["cases"])
+        collect("single_move", "single-move: legal-move rate",
+                [(_short(c), prop(lambda r, c=c: r["cases"][c]["legal"])) for c in cases])
+        collect("single_move", "single-move: engine-shaped score",
+                [(_short(c), plain(lambda r, c=c: r["cases"][c]["engine_score"])) for c in cases])
+    first = next((m for m in results["models"].values() if m.get("arena")), None)
+    if first:
+        items = [(f"{_short(x['case'], 20)}\nvs {x['opponent']}", prop(lambda r, i=i: r["matches"][i]["win"]))
+                 for i, x in enumerate(first["arena"]["matches"])]
+        collect("arena", "arena: win rate", items)
+    first = next((m for m in results["models"].values() if m.get("logic")), None)
+    if first:
+        collect("logic", "logic: accuracy",
+                [(_short(c), prop(lambda r, c=c: r["cases"][c]["accuracy"])) for c in first["logic"]["cases"]])
+
+    if not panels:
+        panels.append(("no results", [], {}))
+    fig, axes = plt.subplots(len(panels), 1, figsize=(max(8.0, 1.2 * max(len(p[1]) for p in panels) + 3),
+                                                      3.6 * len(panels)), squeeze=False)
+    for ax, (title, labels, values) in zip(axes[:, 0], panels):
+        ax.set_title(title)
+        if not labels:
+            ax.text(0.5, 0.5, "no results", ha="center", va="center")
+            continue
+        x = np.arange(len(labels))
+        width = 0.8 / max(1, len(values))
+        for k, (model, triples) in enumerate(values.items()):
+            heights = [t[0] for t in triples]
+            errors = np.array([[t[1] for t in triples], [t[2] for t in triples]])
+            ax.bar(x + (k - (len(values) - 1) / 2) * width, heights, width, label=model,
+                   yerr=errors if errors.any() else None, capsize=3)
+        ax.set_xticks(x, labels, rotation=30, ha="right", fontsize=8)
+        ax.set_ylim(0, 1.05)
+        ax.grid(axis="y", alpha=0.3)
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110, metadata={"Software": None})
+    plt.close(fig)
+
+
+def write_all(results: dict[str, Any], out_dir: Path) -> dict[str, Path]:
+    """Write the three output files; returns their paths."""
+    paths = {"json": out_dir / "results.json", "markdown": out_dir / "results.md", "plot": out_dir / "results.png"}
+    write_json(results, paths["json"])
+    _atomic_write(paths["markdown"], markdown(results).encode())
+    plot(results, paths["plot"])
+    return paths

@@ -1,0 +1,122 @@
+"""Held-out single-move tasks (the ``val`` split of training): legal-move rate, format rate, engine score.
+
+The tasks, prompts and parsing are the training ones: ``EnvMixture.plan("val")`` + ``build``, and the
+adapter's own ``score``. The engine-shaped score re-scores the same replies with an adapter built from
+the same settings but ``reward_mode=engine`` (MCTS value of the move relative to the best, in [0, 1]).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyspiel
+from tqdm import tqdm
+
+from ..envs import EnvAdapter, Task, make_env
+from ..envs.openspiel_env import load_game
+from ..mixture import EnvMixture
+from .policies import MoveRequest, Policy, clip, respond_all, stable_seed
+from .stats import mean_or_none, proportion
+
+SAMPLES_PER_CASE = 2
+SAMPLE_CHARS = 400
+_CASE_KEYS = ("cases", "game_list", "game_configs", "game_types")
+
+
+def heldout_tasks(mixture: EnvMixture, env: str) -> list[Task]:
+    """The held-out (``val``) tasks of ``env``, in plan order."""
+    return [mixture.build(ref) for ref in mixture.plan("val") if ref.env == env]
+
+
+def ask(policy: Policy, tasks: list[Task], suite: str, seed: int, progress: bool) -> list[str]:
+    """The policy's reply to every task (one prompt each, seeded per task)."""
+    requests = [MoveRequest(task.messages, task.legal_moves, stable_seed(seed, suite, task.case, task.seed))
+                for task in tasks]
+    return respond_all(policy, requests, f"{policy.name}: {suite}", progress)
+
+
+def sample(task: Task, reply: str, parsed: str | None, reason: str) -> dict[str, Any]:
+    """A short record of one reply for the JSON file (what the model actually wrote)."""
+    return {"task_id": task.task_id, "reply": clip(reply, SAMPLE_CHARS), "parsed": parsed, "reason": reason}
+
+
+def engine_adapter(mixture: EnvMixture) -> tuple[EnvAdapter | None, dict[str, str]]:
+    """An ``openspiel`` adapter with ``reward_mode=engine`` over the cases MCTS can analyse.
+
+    Returns it (None if no case qualifies) and ``{case: reason}`` for the cases without an engine score.
+    """
+    cases = mixture.adapters["openspiel"].cases()
+    terminal = pyspiel.GameType.RewardModel.TERMINAL
+    skipped = {case: "per-step rewards: OpenSpiel MCTS needs terminal rewards"
+               for case in cases if load_game(case).get_type().reward_model != terminal}
+    usable = [case for case in cases if case not in skipped]
+    if not usable:
+        return None, skipped
+    settings = {k: v for k, v in mixture.settings["openspiel"].items() if k not in _CASE_KEYS}
+    # game_types=[] (not None) so that $GAME_TYPES cannot filter the already resolved case list again.
+    settings.update(cases=usable, game_types=[], reward_mode="engine")
+    return make_env("openspiel", settings, where="env.openspiel (engine scoring)"), skipped
+
+
+@dataclass
+class _CaseTally:
+    n: int = 0
+    format_ok: int = 0
+    legal: int = 0
+    rewards: list[float] = field(default_factory=list)
+    engine: list[float] = field(default_factory=list)
+    engine_legal: list[float] = field(default_factory=list)
+    reasons: Counter = field(default_factory=Counter)
+    samples: list[dict[str, Any]] = field(default_factory=list)
+
+    def summary(self, confidence: float, engine_note: str | None, with_samples: bool = True) -> dict[str, Any]:
+        out = {
+            "n": self.n,
+            "format": proportion(self.format_ok, self.n, confidence),
+            "legal": proportion(self.legal, self.n, confidence),
+            "engine_score": mean_or_none(self.engine),
+            "engine_score_when_legal": mean_or_none(self.engine_legal),
+            "engine_note": engine_note,
+            "reward": mean_or_none(self.rewards),
+            "reasons": dict(sorted(self.reasons.items())),
+        }
+        if with_samples:
+            out["samples"] = self.samples
+        return out
+
+
+def evaluate_single_move(policy: Policy, mixture: EnvMixture, engine: EnvAdapter | None,
+                         engine_skipped: dict[str, str], seed: int, confidence: float,
+                         progress: bool) -> dict[str, Any]:
+    """Per-case and pooled metrics of ``policy`` on the held-out OpenSpiel tasks."""
+    adapter = mixture.adapters["openspiel"]
+    tasks = heldout_tasks(mixture, "openspiel")
+    replies = ask(policy, tasks, "single-move", seed, progress)
+    tallies: dict[str, _CaseTally] = {case: _CaseTally() for case in adapter.cases()}
+    pooled = _CaseTally()
+    for task, reply in tqdm(list(zip(tasks, replies)), desc=f"{policy.name}: scoring", unit="task",
+                            disable=not progress, leave=False):
+        result = adapter.score(task.case, task.state, reply)
+        engine_value = None
+        if engine is not None and task.case not in engine_skipped:
+            engine_value = engine.score(task.case, task.state, reply).task_score if result.valid else 0.0
+        for tally in (tallies[task.case], pooled):
+            tally.n += 1
+            tally.format_ok += int(result.format_ok)
+            tally.legal += int(result.valid)
+            tally.rewards.append(result.score)
+            tally.reasons[result.reason] += 1
+            if engine_value is not None:
+                tally.engine.append(engine_value)
+                if result.valid:
+                    tally.engine_legal.append(engine_value)
+        if len(tallies[task.case].samples) < SAMPLES_PER_CASE:
+            tallies[task.case].samples.append(sample(task, reply, result.parsed, result.reason))
+    pooled_note = "pooled over the cases with an engine score" if engine_skipped and pooled.engine else None
+    return {
+        "reward_mode": adapter.config.reward_mode,  # type: ignore[attr-defined]
+        "cases": {case: t.summary(confidence, engine_skipped.get(case)) for case, t in tallies.items()},
+        "overall": pooled.summary(confidence, pooled_note, with_samples=False),
+    }
