@@ -278,6 +278,7 @@ ALLOWED = {
     "SITE": "bench/gpu_smoke.sh: install target of the harness",
     "MODEL_DIR": "bench/gpu_smoke.sh: scratch folder of the random-init smoke model",
     "WORK": "bench/gpu_smoke.sh: scratch folder of the smoke run",
+    "PYTHONPATH": "standard Python variable; bench scripts extend it for their subprocesses",
 }
 ALLOWED_PREFIXES = {
     "SLURM_": "set by Slurm inside a job",
