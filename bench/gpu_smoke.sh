@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The GPU evidence run (lent H100, no network): install the carried wheel chunks, build a random-init
-# Qwen2.5-0.5B-shaped model, run smoke GRPO (LoRA, FSDP2, vLLM) for 5 steps with a checkpoint, then
-# resume it for 2 more steps. Logs and per-step metrics go to $OUT (default ./outputs/gpu_smoke).
-#   bash bench/gpu_smoke.sh install|model|train|resume|summary   (or: all)
+# Qwen2.5-0.5B-shaped model, run smoke GRPO (LoRA, FSDP2, vLLM) for 5 steps with a checkpoint, merge it,
+# evaluate base vs trained, then resume for 2 more steps. Logs and per-step metrics go to $OUT.
+#   bash bench/gpu_smoke.sh install|model|train|merge|eval|resume|summary|all
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 : "${OUT:=outputs/gpu_smoke}" "${CHUNKS:=/tmp/chunks}" "${SITE:=/tmp/site}" "${MODEL_DIR:=/tmp/qwen2.5-0.5b-random}"
@@ -15,6 +15,10 @@ export EXPERIMENT_NAME=gpu-smoke CHECKPOINT_DIR="$WORK/checkpoints" LOG_DIR="$OU
 
 step_install() {
   python3 -m verl_ext.wheelhouse install --chunks "$CHUNKS" --target-dir "$SITE" 2>&1 | tail -5
+  # extra single wheels carried beside the chunks (the TRL peer of bench/train_speed.sh)
+  if compgen -G "$CHUNKS/extra/*.whl" > /dev/null; then
+    python3 -m pip install --no-index --no-deps --target "$SITE" "$CHUNKS"/extra/*.whl 2>&1 | tail -1
+  fi
 }
 step_model() {
   python3 -m verl_ext.tiny_model --shape qwen2.5-0.5b --out "$MODEL_DIR" --game-types "$GAME_TYPES"
@@ -23,12 +27,27 @@ step_train() {
   VERL_FILE_LOGGER_PATH="$OUT/metrics_train.jsonl" bash train/scripts/openspiel-ppo.sh \
     trainer.total_training_steps=5 trainer.save_freq=5 "$@"
 }
+step_merge() {
+  python3 -m verl_ext.merge.cli "$CHECKPOINT_DIR" -o "$WORK/merged" --merge-lora --verify --force --no-progress \
+    2>&1 | tee "$OUT/merge.log"
+  find "$WORK/merged" -maxdepth 2 -printf "%p %s\n" > "$OUT/merged_files.txt"
+}
+step_eval() {
+  python3 -m verl_ext.cli eval --set "openspiel.game_types=[${GAME_TYPES}]" --set val_tasks_per_case=64 \
+    --models base="$MODEL_DIR" trained="$MODEL_DIR,adapter=$WORK/merged/lora_adapter" random=scripted:random \
+    --games-per-case 20 --opponents random,mcts:50 --max-new-tokens 64 --backend "${EVAL_BACKEND:-auto}" \
+    --no-progress --out "$OUT/eval" "$@" 2>&1 | tee "$OUT/eval.log"
+}
 step_resume() {
   VERL_FILE_LOGGER_PATH="$OUT/metrics_resume.jsonl" bash train/scripts/openspiel-ppo.sh \
     trainer.total_training_steps=7 trainer.save_freq=7 "$@"
 }
 step_summary() {
-  python3 bench/summarize_run.py "$OUT"/metrics_*.jsonl --samples-per-step 64 --out "$OUT/summary.json"
+  local metrics=()
+  for file in "$OUT"/metrics_train.jsonl "$OUT"/metrics_resume.jsonl; do
+    [[ -f "$file" ]] && metrics+=("$file")
+  done
+  python3 bench/summarize_run.py "${metrics[@]}" --rollouts "$OUT/rollouts/$EXPERIMENT_NAME" --out "$OUT/summary.json"
   find "$CHECKPOINT_DIR" -maxdepth 3 -printf "%p %s\n" > "$OUT/checkpoints.txt" 2>&1 || true
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$OUT/gpu.txt" 2>&1 || true
 }
@@ -39,8 +58,10 @@ case "$what" in
   install) step_install ;;
   model) step_model ;;
   train) step_train "$@" ;;
+  merge) step_merge ;;
+  eval) step_eval "$@" ;;
   resume) step_resume "$@" ;;
   summary) step_summary ;;
-  all) step_install; step_model; step_train "$@"; step_resume "$@"; step_summary ;;
-  *) echo "usage: bench/gpu_smoke.sh install|model|train|resume|summary|all" >&2; exit 2 ;;
+  all) step_install; step_model; step_train "$@"; step_merge; step_eval; step_resume "$@"; step_summary ;;
+  *) echo "usage: bench/gpu_smoke.sh install|model|train|merge|eval|resume|summary|all" >&2; exit 2 ;;
 esac

@@ -248,7 +248,7 @@ def test_base_image_cuda_and_python_match_torch_and_pyproject():
 # secrets stay out of images
 
 
-SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASSW|CREDENTIAL", re.I)
+SECRET_NAME = re.compile(r"TOKEN(?!_LEN)|KEY|SECRET|PASSW|CREDENTIAL", re.I)  # not MAX_TOKEN_LEN_PER_GPU
 
 
 def test_no_secrets_in_image():
@@ -278,6 +278,7 @@ ALLOWED = {
     "SITE": "bench/gpu_smoke.sh: install target of the harness",
     "MODEL_DIR": "bench/gpu_smoke.sh: scratch folder of the random-init smoke model",
     "WORK": "bench/gpu_smoke.sh: scratch folder of the smoke run",
+    "EVAL_BACKEND": "bench/gpu_smoke.sh: eval backend of the evidence run",
     "PYTHONPATH": "standard Python variable; bench scripts extend it for their subprocesses",
 }
 ALLOWED_PREFIXES = {

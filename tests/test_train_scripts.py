@@ -67,6 +67,25 @@ def test_knobs_map_to_verl_keys():
     assert cfg.trainer.n_gpus_per_node == 8 and cfg.trainer.nnodes == 2
 
 
+def test_speed_knobs_map_to_verl_keys():
+    fast = compose("ppo_trainer", overrides_of(dry_run("openspiel-ppo.sh", RUN_PROFILE="smoke")))
+    arr = fast.actor_rollout_ref
+    assert arr.rollout.enforce_eager is False and arr.actor.use_dynamic_bsz is True
+    assert arr.rollout.log_prob_use_dynamic_bsz is True and arr.ref.log_prob_use_dynamic_bsz is True
+    assert fast.algorithm.rollout_correction.bypass_mode is True
+    assert arr.actor.use_kl_loss is False  # no KL: verl skips the reference pass
+    assert fast.trainer.rollout_data_dir.endswith("logs/rollouts/openspiel-grpo-smoke")
+    plain = compose("ppo_trainer", overrides_of(dry_run(
+        "openspiel-ppo.sh", RUN_PROFILE="smoke", ENFORCE_EAGER="True", USE_DYNAMIC_BSZ="0",
+        BYPASS_OLD_LOG_PROB="0", KL_LOSS_COEF="0.001", GRADIENT_CHECKPOINTING="0", ROLLOUT_DUMP_DIR="")))
+    arr = plain.actor_rollout_ref
+    assert arr.rollout.enforce_eager is True and arr.actor.use_dynamic_bsz is False
+    assert plain.algorithm.rollout_correction.bypass_mode is False
+    assert arr.actor.use_kl_loss is True and arr.actor.kl_loss_coef == pytest.approx(0.001)
+    assert arr.model.enable_gradient_checkpointing is False and plain.trainer.rollout_data_dir is None
+    assert check_ppo(plain, check_imports=False) == []
+
+
 def test_extra_arguments_pass_through_as_overrides():
     argv = dry_run("openspiel-ppo.sh", "trainer.total_training_steps=7", "data.env.openspiel.reward_mode=engine",
                    "+data.env.openspiel.mcts_simulations=50", RUN_PROFILE="smoke")
@@ -86,7 +105,10 @@ def test_sft_command_composes():
 @pytest.mark.parametrize("env,message", [
     ({"TRAIN_BATCH_SIZE": "12"}, "TRAIN_BATCH_SIZE (data.train_batch_size=12) must be a multiple of PPO_MINI_BATCH_SIZE"),
     ({"ROLLOUT_N": "3", "N_GPUS_PER_NODE": "5"}, "must divide by the GPU count N_GPUS_PER_NODE"),
-    ({"MICRO_BATCH_SIZE_PER_GPU": "5"}, "MICRO_BATCH_SIZE_PER_GPU (actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=5)"),
+    ({"MICRO_BATCH_SIZE_PER_GPU": "5", "USE_DYNAMIC_BSZ": "0"},
+     "MICRO_BATCH_SIZE_PER_GPU (actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=5)"),
+    ({"MAX_TOKEN_LEN_PER_GPU": "512"},
+     "MAX_TOKEN_LEN_PER_GPU (actor_rollout_ref.actor.ppo_max_token_len_per_gpu=512) must hold one whole sequence"),
     ({"GAME_TYPES": "hexx"}, "'hexx' matches no case"),
 ])
 def test_preflight_names_the_variable(env, message, capsys):

@@ -129,3 +129,6 @@ def test_verl_reward_loop_scores_a_batch_with_our_compute_score(config, tokenize
     for out in outputs:
         assert set(METRIC_KEYS) <= set(out["reward_extra_info"])
         assert out["reward_extra_info"]["failed"] == 0.0
+        # the dataset's build time rides along in extra_info so run summaries can report our share of a step
+        assert out["reward_extra_info"]["dataset_ms"] > 0.0
+        assert out["reward_extra_info"]["reward_ms"] > 0.0

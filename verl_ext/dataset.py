@@ -7,6 +7,7 @@ data.train_files=env://train data.val_files=env://val`` plus ``+data.env.*`` set
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 import torch
@@ -62,12 +63,15 @@ class DynamicEnvDataset(Dataset):
         return len(self.refs)
 
     def __getitem__(self, item: int) -> dict[str, Any]:
+        started = time.perf_counter()
         row = self.mixture.row(self.refs[item], self.split, item)
         row["raw_prompt"] = row.pop("prompt")
         row["index"] = item
         row["tools_kwargs"] = {}
         row["interaction_kwargs"] = {}
         row["dummy_tensor"] = torch.tensor([0], dtype=torch.uint8)
+        # Travels with the sample to compute_score, which reports it, so runs can show our share of step time.
+        row["extra_info"]["dataset_ms"] = (time.perf_counter() - started) * 1000.0
         return row
 
 

@@ -19,7 +19,7 @@ from .envs.config import to_plain
 
 logger = logging.getLogger(__name__)
 # Every call returns exactly these keys (verl turns them into metrics; keys must not vary by sample).
-METRIC_KEYS = ("score", "format_ok", "valid", "task_score", "failed", "reward_ms")
+METRIC_KEYS = ("score", "format_ok", "valid", "task_score", "failed", "reward_ms", "dataset_ms")
 _MAX_LOGGED_FAILURES = 20
 
 _adapters: dict[tuple[str, str], EnvAdapter] = {}
@@ -42,7 +42,7 @@ def _adapter(env: str, env_config: str, overrides: Mapping[str, Any] | None) -> 
 
 
 def _result(score: float, format_ok: bool, valid: bool, task_score: float, failed: bool,
-            started: float) -> dict[str, float]:
+            started: float, dataset_ms: float = 0.0) -> dict[str, float]:
     return {
         "score": float(score),
         "format_ok": float(format_ok),
@@ -50,7 +50,15 @@ def _result(score: float, format_ok: bool, valid: bool, task_score: float, faile
         "task_score": float(task_score),
         "failed": float(failed),
         "reward_ms": (time.perf_counter() - started) * 1000.0,
+        "dataset_ms": dataset_ms,  # time DynamicEnvDataset took to build this sample (0 for other datasets)
     }
+
+
+def _dataset_ms(info: Mapping[str, Any]) -> float:
+    try:
+        return float(info.get("dataset_ms") or 0.0)
+    except (TypeError, ValueError):
+        return 0.0
 
 
 def compute_score(data_source: Any = None, solution_str: Any = None, ground_truth: Any = None,
@@ -72,7 +80,8 @@ def compute_score(data_source: Any = None, solution_str: Any = None, ground_trut
         overrides = (to_plain(env_overrides) or {}).get(env) if env_overrides else None
         adapter = _adapter(env, str(info.get("env_config") or ""), overrides)
         result = adapter.score(str(info["case"]), str(info["state"]), solution_str)
-        return _result(result.score, result.format_ok, result.valid, result.task_score, False, started)
+        return _result(result.score, result.format_ok, result.valid, result.task_score, False, started,
+                       _dataset_ms(info))
     except Exception:  # a reward must never take training down; count it and score the minimum
         _failures += 1
         if _failures <= _MAX_LOGGED_FAILURES:

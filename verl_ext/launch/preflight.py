@@ -30,6 +30,9 @@ SCRIPT_VARIABLE = {
     "data.max_response_length": "MAX_RESPONSE_LENGTH",
     "data.train_batch_size@sft": "SFT_BATCH_SIZE",
     "data.micro_batch_size_per_gpu": "MICRO_BATCH_SIZE_PER_GPU",
+    "actor_rollout_ref.actor.ppo_max_token_len_per_gpu": "MAX_TOKEN_LEN_PER_GPU",
+    "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu": "MAX_TOKEN_LEN_PER_GPU",
+    "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu": "MAX_TOKEN_LEN_PER_GPU",
 }
 
 
@@ -81,9 +84,18 @@ def check_ppo(cfg: Any, check_imports: bool = True) -> list[str]:
     if (mini * n) % gpus:
         problems.append(f"{name('actor_rollout_ref.actor.ppo_mini_batch_size', mini)} x ROLLOUT_N = {mini * n} "
                         f"must divide by the GPU count {gpus}")
-    elif micro is not None and ((mini * n) // gpus) % int(micro):
+    elif (micro is not None and not cfg.actor_rollout_ref.actor.use_dynamic_bsz
+          and ((mini * n) // gpus) % int(micro)):
         problems.append(f"{name('actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu', micro)} must divide the "
                         f"per-GPU mini batch {(mini * n) // gpus} (PPO_MINI_BATCH_SIZE x ROLLOUT_N / GPUs)")
+    seq_len = _int(cfg, "data.max_prompt_length") + _int(cfg, "data.max_response_length")
+    for role in ("actor", "rollout", "ref"):
+        node = cfg.actor_rollout_ref[role]
+        dynamic_key = "use_dynamic_bsz" if role == "actor" else "log_prob_use_dynamic_bsz"
+        budget_key = "ppo_max_token_len_per_gpu" if role == "actor" else "log_prob_max_token_len_per_gpu"
+        if node.get(dynamic_key) and node.get(budget_key) is not None and int(node[budget_key]) < seq_len:
+            problems.append(f"{name(f'actor_rollout_ref.{role}.{budget_key}', node[budget_key])} "
+                            f"must hold one whole sequence: max_prompt_length + max_response_length = {seq_len}")
     if _int(cfg, "trainer.n_gpus_per_node") % tp:
         problems.append(f"{name('actor_rollout_ref.rollout.tensor_model_parallel_size', tp)} must divide "
                         f"{name('trainer.n_gpus_per_node', cfg.trainer.n_gpus_per_node)}")

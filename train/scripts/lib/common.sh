@@ -37,13 +37,13 @@ apply_profile() {
       : "${TRAIN_BATCH_SIZE:=16}" "${ROLLOUT_N:=4}" "${PPO_MINI_BATCH_SIZE:=16}" "${MICRO_BATCH_SIZE_PER_GPU:=8}"
       : "${MAX_PROMPT_LENGTH:=1024}" "${MAX_RESPONSE_LENGTH:=64}" "${TOTAL_TRAINING_STEPS:=5}"
       : "${SAVE_FREQ:=5}" "${TEST_FREQ:=-1}" "${NUM_TASKS_PER_CASE:=64}" "${VAL_TASKS_PER_CASE:=8}"
-      : "${GPU_MEMORY_UTILIZATION:=0.4}" "${ENFORCE_EAGER:=True}" "${VAL_BEFORE_TRAIN:=False}"
+      : "${GPU_MEMORY_UTILIZATION:=0.4}" "${VAL_BEFORE_TRAIN:=False}"
       : "${DATALOADER_WORKERS:=0}" ;;
     full)
       : "${TRAIN_BATCH_SIZE:=128}" "${ROLLOUT_N:=8}" "${PPO_MINI_BATCH_SIZE:=32}" "${MICRO_BATCH_SIZE_PER_GPU:=16}"
       : "${MAX_PROMPT_LENGTH:=1024}" "${MAX_RESPONSE_LENGTH:=512}" "${TOTAL_TRAINING_STEPS:=300}"
       : "${SAVE_FREQ:=50}" "${TEST_FREQ:=25}" "${NUM_TASKS_PER_CASE:=2000}" "${VAL_TASKS_PER_CASE:=32}"
-      : "${GPU_MEMORY_UTILIZATION:=0.6}" "${ENFORCE_EAGER:=False}" "${VAL_BEFORE_TRAIN:=True}"
+      : "${GPU_MEMORY_UTILIZATION:=0.6}" "${VAL_BEFORE_TRAIN:=True}"
       : "${DATALOADER_WORKERS:=4}" ;;
     *)
       echo "RUN_PROFILE must be smoke or full, got '${RUN_PROFILE}'" >&2
@@ -56,11 +56,19 @@ grpo_args() {
   : "${MODEL_PATH:=Qwen/Qwen2.5-0.5B-Instruct}"
   : "${ROLLOUT_BACKEND:=vllm}" "${FSDP_STRATEGY:=fsdp2}" "${ENABLE_LORA:=1}"
   : "${LORA_RANK:=32}" "${LORA_ALPHA:=32}" "${LORA_TARGET_MODULES:=all-linear}" "${LORA_ADAPTER_PATH:=}"
-  : "${LAYERED_SUMMON:=0}" "${ATTN_IMPLEMENTATION:=sdpa}" "${KL_LOSS_COEF:=0.001}"
+  : "${LAYERED_SUMMON:=0}" "${ATTN_IMPLEMENTATION:=sdpa}"
+  # Speed defaults, chosen by measurement (docs/training.md "Speed"): CUDA graphs in vLLM, token-budget
+  # micro batches, old log-probs taken from the rollout (bypass mode), and no reference pass unless KL is on.
+  : "${ENFORCE_EAGER:=False}" "${USE_DYNAMIC_BSZ:=1}" "${BYPASS_OLD_LOG_PROB:=1}" "${KL_LOSS_COEF:=0}"
+  local seq_len=$(( MAX_PROMPT_LENGTH + MAX_RESPONSE_LENGTH ))
+  : "${MAX_TOKEN_LEN_PER_GPU:=$(( seq_len > 16384 ? seq_len : 16384 ))}"  # tokens per micro batch
+  : "${GRADIENT_CHECKPOINTING:=1}"
   : "${N_GPUS_PER_NODE:=1}" "${NNODES:=1}" "${TENSOR_PARALLEL_SIZE:=1}"
   : "${PROJECT_NAME:=verl-ext}" "${EXPERIMENT_NAME:=${TASK_NAME}-${RUN_PROFILE}}"
   : "${CHECKPOINT_DIR:=$REPO_ROOT/checkpoints/$PROJECT_NAME/$EXPERIMENT_NAME}"
   : "${LOG_DIR:=$REPO_ROOT/logs}" "${LOGGERS:=[console,wandb]}"
+  # verl dumps every step's samples with our per-sample reward fields here (empty: off)
+  : "${ROLLOUT_DUMP_DIR=$LOG_DIR/rollouts/$EXPERIMENT_NAME}"
   if [[ "$ENABLE_LORA" == "1" ]]; then
     : "${LR:=6e-5}"
     local lora_rank="$LORA_RANK"
@@ -68,8 +76,12 @@ grpo_args() {
     : "${LR:=1e-6}"
     local lora_rank=0
   fi
-  local layered=False
+  local layered=False dynamic=False bypass=False checkpointing=False use_kl=True
   [[ "$LAYERED_SUMMON" == "1" ]] && layered=True
+  [[ "$USE_DYNAMIC_BSZ" == "1" ]] && dynamic=True
+  [[ "$BYPASS_OLD_LOG_PROB" == "1" ]] && bypass=True
+  [[ "$GRADIENT_CHECKPOINTING" == "1" ]] && checkpointing=True
+  [[ "$KL_LOSS_COEF" =~ ^0*\.?0*$ ]] && use_kl=False  # KL off: verl then skips the reference forward pass
   ARGS=(
     algorithm.adv_estimator=grpo
     data.custom_cls.path=pkg://verl_ext.dataset
@@ -93,8 +105,16 @@ grpo_args() {
     actor_rollout_ref.actor.optim.lr="$LR"
     actor_rollout_ref.actor.ppo_mini_batch_size="$PPO_MINI_BATCH_SIZE"
     actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu="$MICRO_BATCH_SIZE_PER_GPU"
-    actor_rollout_ref.actor.use_kl_loss=True
+    actor_rollout_ref.actor.use_kl_loss="$use_kl"
     actor_rollout_ref.actor.kl_loss_coef="$KL_LOSS_COEF"
+    actor_rollout_ref.model.enable_gradient_checkpointing="$checkpointing"
+    actor_rollout_ref.actor.use_dynamic_bsz="$dynamic"
+    actor_rollout_ref.actor.ppo_max_token_len_per_gpu="$MAX_TOKEN_LEN_PER_GPU"
+    actor_rollout_ref.rollout.log_prob_use_dynamic_bsz="$dynamic"
+    actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu="$MAX_TOKEN_LEN_PER_GPU"
+    actor_rollout_ref.ref.log_prob_use_dynamic_bsz="$dynamic"
+    actor_rollout_ref.ref.log_prob_max_token_len_per_gpu="$MAX_TOKEN_LEN_PER_GPU"
+    algorithm.rollout_correction.bypass_mode="$bypass"
     actor_rollout_ref.rollout.name="$ROLLOUT_BACKEND"
     actor_rollout_ref.rollout.n="$ROLLOUT_N"
     actor_rollout_ref.rollout.gpu_memory_utilization="$GPU_MEMORY_UTILIZATION"
@@ -116,6 +136,9 @@ grpo_args() {
     trainer.val_before_train="$VAL_BEFORE_TRAIN"
     trainer.resume_mode=auto
   )
+  if [[ -n "$ROLLOUT_DUMP_DIR" ]]; then
+    ARGS+=(trainer.rollout_data_dir="$ROLLOUT_DUMP_DIR")
+  fi
   if [[ -n "$LORA_ADAPTER_PATH" ]]; then
     ARGS+=(actor_rollout_ref.model.lora_adapter_path="$LORA_ADAPTER_PATH")
   fi

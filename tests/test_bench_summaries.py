@@ -1,0 +1,95 @@
+"""The run summariser and the speed table read what verl writes and compute our share of step time right."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from verl_ext.mixture import EnvMixture
+from verl_ext.reward import compute_score
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(name, REPO / "bench" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+summarize_run = _load("summarize_run")
+compare_speed = _load("compare_speed")
+
+
+def _write_rollouts(folder: Path, step: int, rows: list[dict], responses: list[str]) -> list[dict]:
+    """One dump file as verl 0.9.1's RayPPOTrainer._write_generations writes it (input/output/gts/score/step
+    plus every reward_extra_info key, one JSON object per sample)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    results = [compute_score(r["data_source"], text, r["reward_model"]["ground_truth"],
+                             {**r["extra_info"], "dataset_ms": 2.0}) for r, text in zip(rows, responses)]
+    with open(folder / f"{step}.jsonl", "w") as f:
+        for row, text, result in zip(rows, responses, results):
+            entry = {"input": "prompt", "output": text, "gts": row["reward_model"]["ground_truth"],
+                     "score": result["score"], "step": step, **result}
+            f.write(json.dumps(entry) + "\n")
+    return results
+
+
+def test_summary_reports_legal_rate_and_our_share_of_the_step(tmp_path, monkeypatch):
+    from verl.utils.tracking import FileLogger
+
+    mixture = EnvMixture({"openspiel": {"game_types": ["tic_tac_toe"], "num_tasks_per_case": 4}})
+    refs = mixture.plan("train")
+    rows = [mixture.row(ref, "train", i) for i, ref in enumerate(refs)]
+    legal = [mixture.build(ref).legal_moves[0] for ref in refs]
+    monkeypatch.setenv("VERL_FILE_LOGGER_PATH", str(tmp_path / "metrics.jsonl"))
+    logger = FileLogger("verl-ext", "test")
+    for step in (1, 2):
+        logger.log({"timing_s/step": 10.0, "timing_s/gen": 4.0, "response_length/mean": 8.0,
+                    "critic/score/mean": 0.5, "not/kept": 1.0}, step=step)
+    logger.finish()
+    responses = [f"<answer>{legal[0]}</answer>", "<answer>zz</answer>", "", f"<answer>{legal[3]}</answer>"]
+    results = {step: _write_rollouts(tmp_path / "rollouts", step, rows, responses) for step in (1, 2)}
+
+    summary = summarize_run.summarise(summarize_run.read_metrics([tmp_path / "metrics.jsonl"]),
+                                      summarize_run.read_rollouts(tmp_path / "rollouts"))
+    assert summary["num_steps"] == 2
+    step = summary["steps"][1]
+    assert step["verl_ext/legal_rate"] == pytest.approx(0.5)
+    assert step["verl_ext/format_rate"] == pytest.approx(0.75)
+    assert step["verl_ext/reward_mean"] == pytest.approx((1.0 + 0.1 + 0.0 + 1.0) / 4)
+    ours_s = sum(r["reward_ms"] + r["dataset_ms"] for r in results[2]) / 1000.0
+    assert step["verl_ext/our_share_of_step"] == pytest.approx(ours_s / 10.0)
+    assert step["generated_tokens_per_s_of_gen"] == pytest.approx(8.0 * 4 / 4.0)
+    assert "not/kept" not in step
+    assert summary["median_step_s_after_first"] == 10.0
+
+
+def test_summary_cli_names_a_missing_metrics_file(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        summarize_run.main([str(tmp_path / "nope.jsonl"), "--out", str(tmp_path / "s.json")])
+    assert "nope.jsonl" in capsys.readouterr().err
+
+
+def test_speed_table_puts_the_same_phases_side_by_side():
+    ours = {"num_steps": 3, "steps": [
+        {"timing_s/step": 60.0, "timing_s/gen": 50.0},  # warm-up step: excluded from medians
+        *[{"timing_s/step": 4.0, "timing_s/gen": 2.0, "timing_s/update_actor": 1.5, "timing_s/update_weights": 0.2,
+           "verl_ext/reward_ms_sum": 20.0, "generated_tokens_per_s_of_step": 1000.0} for _ in range(2)]]}
+    trl = {"num_steps": 3, "steps": [
+        {"timing_s/step": 30.0},
+        *[{"timing_s/step": 2.0, "trl_timer_s/vLLM.generate": 1.0, "trl_timer_s/_prepare_inputs": 1.4,
+           "trl_timer_s/sync_weights": 0.1, "trl_timer_s/_calculate_rewards": 0.1,
+           "generated_tokens_per_s_of_step": 2000.0} for _ in range(2)]]}
+    text = compare_speed.table(ours, trl, "16 x 4 x 64")
+    assert "| step s | 4 | 2 | 2.00 |" in text
+    assert "| generation s | 2 | 1 | 2.00 |" in text
+    assert "| update s | 1.5 | 0.6 | 2.50 |" in text
+    assert "| log-prob passes s | 0 | 0.2 | 0.00 |" in text
+    assert "| reward s (ours, serial sum) | 0.02 | 0.1 | 0.20 |" in text
