@@ -24,7 +24,7 @@ step_model() {
   python3 -m verl_ext.tiny_model --shape qwen2.5-0.5b --out "$MODEL_DIR" --game-types "$GAME_TYPES"
 }
 step_train() {
-  VERL_FILE_LOGGER_PATH="$OUT/metrics_train.jsonl" bash train/scripts/openspiel-ppo.sh \
+  VERL_FILE_LOGGER_PATH="$OUT/metrics_train.jsonl" VERL_EXT_SAMPLE_LOG="$OUT/samples_train.jsonl" bash train/scripts/openspiel-ppo.sh \
     trainer.total_training_steps=5 trainer.save_freq=5 "$@"
 }
 step_merge() {
@@ -39,15 +39,15 @@ step_eval() {
     --no-progress --out "$OUT/eval" "$@" 2>&1 | tee "$OUT/eval.log"
 }
 step_resume() {
-  VERL_FILE_LOGGER_PATH="$OUT/metrics_resume.jsonl" bash train/scripts/openspiel-ppo.sh \
+  VERL_FILE_LOGGER_PATH="$OUT/metrics_resume.jsonl" VERL_EXT_SAMPLE_LOG="$OUT/samples_resume.jsonl" bash train/scripts/openspiel-ppo.sh \
     trainer.total_training_steps=7 trainer.save_freq=7 "$@"
 }
 step_summary() {
   local metrics=()
   for file in "$OUT"/metrics_train.jsonl "$OUT"/metrics_resume.jsonl; do
-    [[ -f "$file" ]] && metrics+=("$file")
+    if [[ -f "$file" ]]; then metrics+=("$file"); fi
   done
-  python3 bench/summarize_run.py "${metrics[@]}" --rollouts "$OUT/rollouts/$EXPERIMENT_NAME" --out "$OUT/summary.json"
+  python3 bench/summarize_run.py "${metrics[@]}" --out "$OUT/summary.json"
   find "$CHECKPOINT_DIR" -maxdepth 3 -printf "%p %s\n" > "$OUT/checkpoints.txt" 2>&1 || true
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$OUT/gpu.txt" 2>&1 || true
 }

@@ -1,12 +1,14 @@
-"""Summarise a verl run into the evidence JSON: verl's per-step metrics plus our per-sample reward fields.
+"""Summarise verl runs into the evidence JSON: verl's per-step metrics plus our per-sample reward log.
 
-    python bench/summarize_run.py METRICS.jsonl [MORE.jsonl ...] --rollouts DIR --out summary.json
+    python bench/summarize_run.py RUN.metrics.jsonl [RESUME.metrics.jsonl ...] --out summary.json
 
-``METRICS.jsonl``: verl's file logger (``trainer.logger=[console,file]``, path from ``VERL_FILE_LOGGER_PATH``).
-``--rollouts``: verl's per-step sample dumps (``trainer.rollout_data_dir``; the train scripts set it to
-``$LOG_DIR/rollouts/$EXPERIMENT_NAME``). verl 0.9.1 does not put custom reward fields into the training
-metrics, but it writes them into these dumps, one JSON line per sample: ``valid`` (legal move),
-``format_ok``, ``failed``, ``reward_ms`` and ``dataset_ms`` (our time per sample).
+Each ``*.metrics.jsonl`` is verl's file logger output (the train scripts write
+``$LOG_DIR/<experiment>-<time>.metrics.jsonl``); its sibling ``*.samples.jsonl`` (same name with "metrics"
+replaced by "samples") is our per-sample log (``VERL_EXT_SAMPLE_LOG``, see ``verl_ext/sample_log.py``).
+verl 0.9.1 keeps custom reward fields out of its training metrics, so the legal-move rate, format rate and
+our own time come from that log: a run's training samples, in time order, are cut into steps of
+``--samples-per-step`` (default: samples // logged steps; GRPO scores exactly TRAIN_BATCH_SIZE x ROLLOUT_N
+per step) and matched to the run's logged steps in order.
 
 Per step this keeps the reward mean, legal/format rates, verl's timings (generation, old/ref log-probs,
 update, weight sync), generated tokens/s and GPU memory, and our share of the step:
@@ -28,50 +30,61 @@ KEEP_PREFIXES = ("timing_s/", "perf/", "critic/score/mean", "response_length/mea
 RATES = {"valid": "legal_rate", "format_ok": "format_rate", "failed": "reward_failures"}
 
 
-def read_metrics(paths: list[Path]) -> dict[int, dict[str, float]]:
-    """verl file-logger JSONL -> {step: kept metrics}; a later file wins for a repeated step (resume)."""
+def read_metrics(path: Path) -> dict[int, dict[str, float]]:
+    """verl file-logger JSONL -> {step: kept metrics} (a repeated step keeps its last line)."""
     steps: dict[int, dict[str, float]] = {}
-    for path in paths:
-        for line in path.read_text().splitlines():
-            if not line.strip():
-                continue
-            entry = json.loads(line)
-            record = entry.get("data", entry)
-            step = int(entry.get("step", record.get("training/global_step", 0)))
-            steps[step] = {k: float(v) for k, v in record.items()
-                           if k.startswith(KEEP_PREFIXES) and isinstance(v, (int, float))}
+    for line in path.read_text().splitlines():
+        if not line.strip():
+            continue
+        entry = json.loads(line)
+        record = entry.get("data", entry)
+        step = int(entry.get("step", record.get("training/global_step", 0)))
+        steps[step] = {k: float(v) for k, v in record.items()
+                       if k.startswith(KEEP_PREFIXES) and isinstance(v, (int, float))}
     return steps
 
 
-def read_rollouts(folder: Path | None) -> dict[int, dict[str, float]]:
-    """verl rollout dumps (``<step>.jsonl``) -> per-step means/sums of our per-sample fields."""
-    if folder is None or not folder.is_dir():
+def samples_path(metrics: Path) -> Path:
+    """The sample log beside a metrics file: run.metrics.jsonl -> run.samples.jsonl."""
+    return metrics.with_name(metrics.name.replace("metrics", "samples"))
+
+
+def read_samples(path: Path, steps: list[int], per_step: int | None) -> dict[int, dict[str, float]]:
+    """Our per-sample log -> per-step rates and time sums, matched to ``steps`` in order."""
+    if not path.is_file() or not steps:
         return {}
-    steps: dict[int, dict[str, float]] = {}
-    for path in sorted(folder.glob("*.jsonl")):
-        if not path.stem.isdigit():
-            continue
-        samples = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-        if not samples:
-            continue
-        row: dict[str, float] = {"samples": float(len(samples)),
-                                 "reward_mean": statistics.fmean(float(s.get("score", 0.0)) for s in samples)}
+    samples = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    samples = sorted((s for s in samples if s.get("split", "train") == "train"), key=lambda s: s["time"])
+    per_step = per_step or len(samples) // len(steps)
+    if per_step <= 0:
+        return {}
+    out: dict[int, dict[str, float]] = {}
+    for index, step in enumerate(steps):
+        chunk = samples[index * per_step:(index + 1) * per_step]
+        if len(chunk) < per_step:
+            break
+        row: dict[str, float] = {"samples": float(len(chunk)),
+                                 "reward_mean": statistics.fmean(float(s["score"]) for s in chunk)}
         for key, label in RATES.items():
-            if key in samples[0]:
-                row[label] = statistics.fmean(float(s[key]) for s in samples)
+            row[label] = statistics.fmean(float(s.get(key, 0.0)) for s in chunk)
         for key in ("reward_ms", "dataset_ms"):
-            if key in samples[0]:
-                values = [float(s[key]) for s in samples]
-                row[f"{key}_sum"] = sum(values)
-                row[f"{key}_p99"] = sorted(values)[min(len(values) - 1, int(0.99 * len(values)))]
-        steps[int(path.stem)] = row
-    return steps
+            values = sorted(float(s.get(key, 0.0)) for s in chunk)
+            row[f"{key}_sum"] = sum(values)
+            row[f"{key}_p99"] = values[min(len(values) - 1, int(0.99 * len(values)))]
+        out[step] = row
+    return out
 
 
-def summarise(metrics: dict[int, dict[str, float]], rollouts: dict[int, dict[str, float]]) -> dict[str, Any]:
+def read_run(metrics_path: Path, per_step: int | None = None) -> tuple[dict, dict]:
+    """One run: its verl metrics and its per-step sample statistics."""
+    metrics = read_metrics(metrics_path)
+    return metrics, read_samples(samples_path(metrics_path), sorted(metrics), per_step)
+
+
+def summarise(metrics: dict[int, dict[str, float]], samples: dict[int, dict[str, float]]) -> dict[str, Any]:
     rows = []
-    for step in sorted(set(metrics) | set(rollouts)):
-        verl, ours = metrics.get(step, {}), rollouts.get(step, {})
+    for step in sorted(set(metrics) | set(samples)):
+        verl, ours = metrics.get(step, {}), samples.get(step, {})
         row: dict[str, Any] = {"step": step, **verl, **{f"verl_ext/{k}": v for k, v in ours.items()}}
         step_s = verl.get("timing_s/step")
         if step_s and "reward_ms_sum" in ours:
@@ -97,14 +110,20 @@ def summarise(metrics: dict[int, dict[str, float]], rollouts: dict[int, dict[str
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("metrics", nargs="+", type=Path, help="verl file-logger JSONL file(s)")
-    parser.add_argument("--rollouts", type=Path, help="trainer.rollout_data_dir of the run")
+    parser.add_argument("metrics", nargs="+", type=Path, help="verl file-logger JSONL of each run (in order)")
+    parser.add_argument("--samples-per-step", type=int, help="TRAIN_BATCH_SIZE x ROLLOUT_N (default: inferred)")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
     missing = [str(p) for p in args.metrics if not p.is_file()]
     if missing:
         parser.error(f"metrics file(s) not found: {', '.join(missing)}")
-    summary = summarise(read_metrics(args.metrics), read_rollouts(args.rollouts))
+    metrics: dict[int, dict[str, float]] = {}
+    samples: dict[int, dict[str, float]] = {}
+    for path in args.metrics:  # a resumed run's steps follow (or replace) the earlier run's
+        run_metrics, run_samples = read_run(path, args.samples_per_step)
+        metrics.update(run_metrics)
+        samples.update(run_samples)
+    summary = summarise(metrics, samples)
     args.out.write_text(json.dumps(summary, indent=2, sort_keys=True))
     print(f"{summary['num_steps']} steps -> {args.out}; median step {summary['median_step_s_after_first']} s "
           f"after the first; our share of step: max {summary['max_our_share_of_step']}")

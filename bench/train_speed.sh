@@ -24,9 +24,10 @@ run_ours() {
   RUN_PROFILE=smoke TRAIN_BATCH_SIZE="$prompts" PPO_MINI_BATCH_SIZE="$prompts" ROLLOUT_N="$samples" \
     MAX_RESPONSE_LENGTH="$tokens" TOTAL_TRAINING_STEPS="$steps" SAVE_FREQ=-1 NUM_TASKS_PER_CASE="$tasks" \
     GAME_TYPES="$GAME_TYPES" EXPERIMENT_NAME="speed-$load" LOG_DIR="$dir" LOGGERS='[console,file]' \
-    VERL_FILE_LOGGER_PATH="$dir/verl_metrics.jsonl" CHECKPOINT_DIR="$dir/checkpoints" \
+    VERL_FILE_LOGGER_PATH="$dir/verl_metrics.jsonl" VERL_EXT_SAMPLE_LOG="$dir/verl_samples.jsonl" \
+    CHECKPOINT_DIR="$dir/checkpoints" \
     bash train/scripts/openspiel-ppo.sh "$@"
-  "$PYTHON" bench/summarize_run.py "$dir/verl_metrics.jsonl" --rollouts "$dir/rollouts/speed-$load" \
+  "$PYTHON" bench/summarize_run.py "$dir/verl_metrics.jsonl" --samples-per-step $(( prompts * samples )) \
     --out "$dir/ours.json"
 }
 

@@ -27,20 +27,6 @@ summarize_run = _load("summarize_run")
 compare_speed = _load("compare_speed")
 
 
-def _write_rollouts(folder: Path, step: int, rows: list[dict], responses: list[str]) -> list[dict]:
-    """One dump file as verl 0.9.1's RayPPOTrainer._write_generations writes it (input/output/gts/score/step
-    plus every reward_extra_info key, one JSON object per sample)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    results = [compute_score(r["data_source"], text, r["reward_model"]["ground_truth"],
-                             {**r["extra_info"], "dataset_ms": 2.0}) for r, text in zip(rows, responses)]
-    with open(folder / f"{step}.jsonl", "w") as f:
-        for row, text, result in zip(rows, responses, results):
-            entry = {"input": "prompt", "output": text, "gts": row["reward_model"]["ground_truth"],
-                     "score": result["score"], "step": step, **result}
-            f.write(json.dumps(entry) + "\n")
-    return results
-
-
 def test_summary_reports_legal_rate_and_our_share_of_the_step(tmp_path, monkeypatch):
     from verl.utils.tracking import FileLogger
 
@@ -48,19 +34,25 @@ def test_summary_reports_legal_rate_and_our_share_of_the_step(tmp_path, monkeypa
     refs = mixture.plan("train")
     rows = [mixture.row(ref, "train", i) for i, ref in enumerate(refs)]
     legal = [mixture.build(ref).legal_moves[0] for ref in refs]
-    monkeypatch.setenv("VERL_FILE_LOGGER_PATH", str(tmp_path / "metrics.jsonl"))
+    metrics = tmp_path / "run.metrics.jsonl"
+    monkeypatch.setenv("VERL_FILE_LOGGER_PATH", str(metrics))
+    monkeypatch.setenv("VERL_EXT_SAMPLE_LOG", str(tmp_path / "run.samples.jsonl"))
     logger = FileLogger("verl-ext", "test")
+    responses = [f"<answer>{legal[0]}</answer>", "<answer>zz</answer>", "", f"<answer>{legal[3]}</answer>"]
+    results = {}
     for step in (1, 2):
+        # what the reward workers do during a step: score the step's samples (the log lines come from here)
+        results[step] = [compute_score(r["data_source"], text, r["reward_model"]["ground_truth"],
+                                       {**r["extra_info"], "dataset_ms": 2.0}) for r, text in zip(rows, responses)]
+        compute_score(rows[0]["data_source"], "", "", {**rows[0]["extra_info"], "split": "val"})  # not a train step
         logger.log({"timing_s/step": 10.0, "timing_s/gen": 4.0, "response_length/mean": 8.0,
                     "critic/score/mean": 0.5, "not/kept": 1.0}, step=step)
     logger.finish()
-    responses = [f"<answer>{legal[0]}</answer>", "<answer>zz</answer>", "", f"<answer>{legal[3]}</answer>"]
-    results = {step: _write_rollouts(tmp_path / "rollouts", step, rows, responses) for step in (1, 2)}
 
-    summary = summarize_run.summarise(summarize_run.read_metrics([tmp_path / "metrics.jsonl"]),
-                                      summarize_run.read_rollouts(tmp_path / "rollouts"))
+    summary = summarize_run.summarise(*summarize_run.read_run(metrics))
     assert summary["num_steps"] == 2
     step = summary["steps"][1]
+    assert step["verl_ext/samples"] == 4
     assert step["verl_ext/legal_rate"] == pytest.approx(0.5)
     assert step["verl_ext/format_rate"] == pytest.approx(0.75)
     assert step["verl_ext/reward_mean"] == pytest.approx((1.0 + 0.1 + 0.0 + 1.0) / 4)
@@ -69,6 +61,18 @@ def test_summary_reports_legal_rate_and_our_share_of_the_step(tmp_path, monkeypa
     assert step["generated_tokens_per_s_of_gen"] == pytest.approx(8.0 * 4 / 4.0)
     assert "not/kept" not in step
     assert summary["median_step_s_after_first"] == 10.0
+
+
+def test_sample_log_is_off_without_the_variable_and_survives_a_bad_path(tmp_path, monkeypatch):
+    from verl_ext import sample_log
+
+    monkeypatch.delenv("VERL_EXT_SAMPLE_LOG", raising=False)
+    sample_log.record({"split": "train"}, {"score": 1.0})
+    assert not list(tmp_path.iterdir())
+    monkeypatch.setattr(sample_log, "_disabled", False)
+    monkeypatch.setenv("VERL_EXT_SAMPLE_LOG", str(tmp_path / "missing-dir" / "samples.jsonl"))
+    sample_log.record({"split": "train"}, {"score": 1.0})  # warns once, never raises
+    assert sample_log._disabled
 
 
 def test_summary_cli_names_a_missing_metrics_file(tmp_path, capsys):

@@ -14,6 +14,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from . import sample_log
 from .envs import EnvAdapter, make_env
 from .envs.config import to_plain
 
@@ -72,6 +73,7 @@ def compute_score(data_source: Any = None, solution_str: Any = None, ground_trut
     """
     global _failures
     started = time.perf_counter()
+    info: Any = {}
     try:
         info = to_plain(extra_info) if extra_info is not None else {}
         if not isinstance(info, Mapping) or "env" not in info:
@@ -80,10 +82,12 @@ def compute_score(data_source: Any = None, solution_str: Any = None, ground_trut
         overrides = (to_plain(env_overrides) or {}).get(env) if env_overrides else None
         adapter = _adapter(env, str(info.get("env_config") or ""), overrides)
         result = adapter.score(str(info["case"]), str(info["state"]), solution_str)
-        return _result(result.score, result.format_ok, result.valid, result.task_score, False, started,
-                       _dataset_ms(info))
+        scored = _result(result.score, result.format_ok, result.valid, result.task_score, False, started,
+                         _dataset_ms(info))
     except Exception:  # a reward must never take training down; count it and score the minimum
         _failures += 1
         if _failures <= _MAX_LOGGED_FAILURES:
             logger.exception("verl_ext.compute_score failed (data_source=%r); scoring 0", data_source)
-        return _result(0.0, False, False, 0.0, True, started)
+        scored = _result(0.0, False, False, 0.0, True, started)
+    sample_log.record(info if isinstance(info, Mapping) else {}, scored)
+    return scored

@@ -66,9 +66,9 @@ grpo_args() {
   : "${N_GPUS_PER_NODE:=1}" "${NNODES:=1}" "${TENSOR_PARALLEL_SIZE:=1}"
   : "${PROJECT_NAME:=verl-ext}" "${EXPERIMENT_NAME:=${TASK_NAME}-${RUN_PROFILE}}"
   : "${CHECKPOINT_DIR:=$REPO_ROOT/checkpoints/$PROJECT_NAME/$EXPERIMENT_NAME}"
-  : "${LOG_DIR:=$REPO_ROOT/logs}" "${LOGGERS:=[console,wandb]}"
-  # verl dumps every step's samples with our per-sample reward fields here (empty: off)
-  : "${ROLLOUT_DUMP_DIR=$LOG_DIR/rollouts/$EXPERIMENT_NAME}"
+  : "${LOG_DIR:=$REPO_ROOT/logs}" "${LOGGERS:=[console,file,wandb]}"
+  # verl's per-step dumps of prompts and responses (text; large on long runs): off unless set
+  : "${ROLLOUT_DUMP_DIR:=}"
   if [[ "$ENABLE_LORA" == "1" ]]; then
     : "${LR:=6e-5}"
     local lora_rank="$LORA_RANK"
@@ -156,9 +156,12 @@ launch() {
   fi
   "$PYTHON" -m verl_ext.launch.preflight --config-name "$config_name" -- "$@"
   mkdir -p "$LOG_DIR"
-  local stamp log
+  local stamp run
   stamp="$(date +%Y%m%d-%H%M%S)"
-  log="$LOG_DIR/${EXPERIMENT_NAME:-run}-$stamp.log"
-  echo "logging to $log"
-  "${cmd[@]}" 2>&1 | tee "$log"
+  run="$LOG_DIR/${EXPERIMENT_NAME:-run}-$stamp"
+  # one run, three files: console log, verl's per-step metrics (file logger), our per-sample reward log
+  export VERL_FILE_LOGGER_PATH="${VERL_FILE_LOGGER_PATH:-$run.metrics.jsonl}"
+  export VERL_EXT_SAMPLE_LOG="${VERL_EXT_SAMPLE_LOG-$run.samples.jsonl}"
+  echo "logging to $run.log (metrics: $VERL_FILE_LOGGER_PATH, samples: ${VERL_EXT_SAMPLE_LOG:-off})"
+  "${cmd[@]}" 2>&1 | tee "$run.log"
 }
