@@ -69,7 +69,7 @@ def trl_columns(steps: list[Row]) -> dict[str, float | None]:
 
 def table(ours: dict[str, Any], trl: dict[str, Any], load: str) -> str:
     a, b = ours_columns(ours["steps"]), trl_columns(trl["steps"])
-    lines = [f"Load: {load}; ours {ours['num_steps']} steps, TRL {trl['num_steps']} steps "
+    lines = [f"Load: {load}; ours {len(ours['steps'])} steps, TRL {len(trl['steps'])} steps "
              "(medians over steps 2..N)", "", "| | verl-ext (verl main_ppo) | TRL GRPOTrainer | ours / TRL |",
              "|---|---:|---:|---:|"]
     for key in a:

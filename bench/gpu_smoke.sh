@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 : "${OUT:=outputs/gpu_smoke}" "${CHUNKS:=/tmp/chunks}" "${SITE:=/tmp/site}" "${MODEL_DIR:=/tmp/qwen2.5-0.5b-random}"
-: "${WORK:=/tmp/verl-ext-smoke}"
+: "${WORK:=/tmp/verl-ext-smoke}" "${TRL_SITE:=/tmp/site-trl}"
 mkdir -p "$OUT" "$WORK"
 export PYTHONPATH="$SITE:$PWD" VLLM_USE_FLASHINFER_SAMPLER=0 RAY_AUTH_MODE=disabled PYTHONUNBUFFERED=1
 export HF_HUB_OFFLINE=1 WANDB_MODE=offline TOKENIZERS_PARALLELISM=false
@@ -15,9 +15,10 @@ export EXPERIMENT_NAME=gpu-smoke CHECKPOINT_DIR="$WORK/checkpoints" LOG_DIR="$OU
 
 step_install() {
   python3 -m verl_ext.wheelhouse install --chunks "$CHUNKS" --target-dir "$SITE" 2>&1 | tail -5
-  # extra single wheels carried beside the chunks (the TRL peer of bench/train_speed.sh)
+  # the TRL peer of bench/train_speed.sh goes to its own folder: with trl importable, verl 0.9.1 tries
+  # trl's value-head classes that trl 1.x no longer has and the actor fails to start
   if compgen -G "$CHUNKS/extra/*.whl" > /dev/null; then
-    python3 -m pip install --no-index --no-deps --target "$SITE" "$CHUNKS"/extra/*.whl 2>&1 | tail -1
+    python3 -m pip install --no-index --no-deps --target "$TRL_SITE" "$CHUNKS"/extra/*.whl 2>&1 | tail -1
   fi
 }
 step_model() {

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
 from pathlib import Path
 from typing import Any
@@ -30,8 +31,31 @@ KEEP_PREFIXES = ("timing_s/", "perf/", "critic/score/mean", "response_length/mea
 RATES = {"valid": "legal_rate", "format_ok": "format_rate", "failed": "reward_failures"}
 
 
+_CONSOLE_STEP = re.compile(r"\bstep:(\d+) - (.*)$")
+
+
+def read_console_log(path: Path) -> dict[int, dict[str, float]]:
+    """verl's console logger lines (``step:N - key:value - key:value ...``) -> {step: kept metrics}."""
+    steps: dict[int, dict[str, float]] = {}
+    for line in path.read_text(errors="replace").splitlines():
+        match = _CONSOLE_STEP.search(line)
+        if not match:
+            continue
+        record = {}
+        for part in match.group(2).split(" - "):
+            key, _, value = part.strip().rpartition(":")
+            try:
+                record[key] = float(value)
+            except ValueError:
+                continue
+        steps[int(match.group(1))] = {k: v for k, v in record.items() if k.startswith(KEEP_PREFIXES)}
+    return steps
+
+
 def read_metrics(path: Path) -> dict[int, dict[str, float]]:
-    """verl file-logger JSONL -> {step: kept metrics} (a repeated step keeps its last line)."""
+    """verl file-logger JSONL (or a console ``.log``) -> {step: kept metrics}; a repeated step keeps its last."""
+    if path.suffix == ".log":
+        return read_console_log(path)
     steps: dict[int, dict[str, float]] = {}
     for line in path.read_text().splitlines():
         if not line.strip():
@@ -44,14 +68,18 @@ def read_metrics(path: Path) -> dict[int, dict[str, float]]:
     return steps
 
 
-def samples_path(metrics: Path) -> Path:
-    """The sample log beside a metrics file: run.metrics.jsonl -> run.samples.jsonl."""
-    return metrics.with_name(metrics.name.replace("metrics", "samples"))
+def samples_path(metrics: Path) -> Path | None:
+    """The sample log beside a metrics file: run.metrics.jsonl (or run.log) -> run.samples.jsonl."""
+    if metrics.suffix == ".log":
+        return metrics.with_suffix(".samples.jsonl")
+    if "metrics" in metrics.name:
+        return metrics.with_name(metrics.name.replace("metrics", "samples"))
+    return None
 
 
-def read_samples(path: Path, steps: list[int], per_step: int | None) -> dict[int, dict[str, float]]:
+def read_samples(path: Path | None, steps: list[int], per_step: int | None) -> dict[int, dict[str, float]]:
     """Our per-sample log -> per-step rates and time sums, matched to ``steps`` in order."""
-    if not path.is_file() or not steps:
+    if path is None or not path.is_file() or not steps:
         return {}
     samples = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     samples = sorted((s for s in samples if s.get("split", "train") == "train"), key=lambda s: s["time"])

@@ -34,7 +34,9 @@ run_ours() {
 run_trl() {
   "$PYTHON" -m verl_ext.cli export --set "openspiel.game_types=[$GAME_TYPES]" \
     --set "openspiel.num_tasks_per_case=$tasks" --split train --no-progress --out "$dir/train.parquet"
-  "$PYTHON" bench/trl_grpo.py --model "$MODEL_PATH" --data "$dir/train.parquet" --prompts "$prompts" \
+  # TRL_PYTHONPATH: where trl is installed when it is kept apart from verl (verl 0.9.1 fails to start its
+  # actor when trl 1.x is importable: it looks for trl's removed value-head classes)
+  PYTHONPATH="${TRL_PYTHONPATH:+$TRL_PYTHONPATH:}${PYTHONPATH:-}" "$PYTHON" bench/trl_grpo.py --model "$MODEL_PATH" --data "$dir/train.parquet" --prompts "$prompts" \
     --samples "$samples" --max-new-tokens "$tokens" --steps "$steps" --micro-batch "$micro" \
     --work-dir "$dir/trl_work" --out "$dir/trl.json" 2>&1 | tee "$dir/trl.log"
 }

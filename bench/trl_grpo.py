@@ -99,6 +99,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 row["gpu/max_memory_reserved_gb"] = torch.cuda.max_memory_reserved() / 2**30
             row.update({f"trl_timer_s/{name}": sum(values) for name, values in timers.items() if values})
             steps.append(row)
+            # keep what is measured so far if the run is cut short (shared GPUs, time limits)
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(json.dumps({"trainer": "trl", "partial": True, "steps": steps}, indent=2))
 
         def on_log(self, _args: Any, _state: Any, _control: Any, logs: dict | None = None, **__: Any) -> None:
             if logs and steps:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import gc
 import importlib.util
 import logging
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -173,6 +174,10 @@ class VLLMBackend:
 
     def __init__(self, path: str, adapter: str | None, settings: GenerationSettings,
                  trust_remote_code: bool = False) -> None:
+        # The eval process has already touched CUDA (device checks, the transformers backend of another
+        # model), and vLLM's engine core forks by default: measured on the H100, that fails with "Cannot
+        # re-initialize CUDA in forked subprocess". Spawned workers start clean.
+        os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
         from vllm import LLM
 
         self.settings = settings
