@@ -279,6 +279,7 @@ ALLOWED = {
     "MODEL_DIR": "bench/gpu_smoke.sh: scratch folder of the random-init smoke model",
     "WORK": "bench/gpu_smoke.sh: scratch folder of the smoke run",
     "EVAL_BACKEND": "bench/gpu_smoke.sh: eval backend of the evidence run",
+    "TRL_SITE": "bench/gpu_smoke.sh: where the harness installs the TRL peer (kept apart from verl)",
     "PYTHONPATH": "standard Python variable; bench scripts extend it for their subprocesses",
 }
 ALLOWED_PREFIXES = {
