@@ -2,7 +2,7 @@
 # The GPU evidence run (lent H100, no network): install the carried wheel chunks, build a random-init
 # Qwen2.5-0.5B-shaped model, run smoke GRPO (LoRA, FSDP2, vLLM) for 5 steps with a checkpoint, merge it,
 # evaluate base vs trained, then resume for 2 more steps. Logs and per-step metrics go to $OUT.
-#   bash bench/gpu_smoke.sh install|model|train|merge|eval|resume|summary|all
+#   bash bench/gpu_smoke.sh install|model|train|merge|eval|resume|summary|pack|all
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 : "${OUT:=outputs/gpu_smoke}" "${CHUNKS:=/tmp/chunks}" "${SITE:=/tmp/site}" "${MODEL_DIR:=/tmp/qwen2.5-0.5b-random}"
@@ -53,6 +53,12 @@ step_summary() {
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$OUT/gpu.txt" 2>&1 || true
 }
 
+# The lent-GPU harness returns a limited number of files per call: pack everything small into one archive.
+step_pack() {
+  tar czf "$OUT.tgz" -C "$(dirname "$OUT")" --exclude='*.safetensors' --exclude='*.pt' "$(basename "$OUT")"
+  echo "packed $OUT.tgz"
+}
+
 what="${1:-all}"
 shift || true
 case "$what" in
@@ -63,6 +69,7 @@ case "$what" in
   eval) step_eval "$@" ;;
   resume) step_resume "$@" ;;
   summary) step_summary ;;
-  all) step_install; step_model; step_train "$@"; step_merge; step_eval; step_resume "$@"; step_summary ;;
-  *) echo "usage: bench/gpu_smoke.sh install|model|train|merge|eval|resume|summary|all" >&2; exit 2 ;;
+  pack) step_pack ;;
+  all) step_install; step_model; step_train "$@"; step_merge; step_eval; step_resume "$@"; step_summary; step_pack ;;
+  *) echo "usage: bench/gpu_smoke.sh install|model|train|merge|eval|resume|summary|pack|all" >&2; exit 2 ;;
 esac
