@@ -19,7 +19,6 @@ import platform
 import shutil
 import subprocess
 import sys
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
