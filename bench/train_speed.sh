@@ -11,8 +11,8 @@ load="${1:-smoke}"
 what="${2:-all}"
 shift 2 || shift $#
 case "$load" in
-  smoke) prompts=16 samples=4 tokens=64 steps=5 micro=64 tasks=64 ;;
-  realistic) prompts=128 samples=8 tokens=512 steps=4 micro=32 tasks=256 ;;
+  smoke) prompts=16 samples=4 tokens=64 steps="${STEPS:-5}" micro=64 tasks=64 ;;
+  realistic) prompts=128 samples=8 tokens=512 steps="${STEPS:-4}" micro=32 tasks=256 ;;
   *) echo "usage: bench/train_speed.sh smoke|realistic [all|ours|trl|compare]" >&2; exit 2 ;;
 esac
 : "${MODEL_PATH:?set MODEL_PATH to the model both trainers start from}"

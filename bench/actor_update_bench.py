@@ -1,0 +1,208 @@
+"""Time one actor micro batch (forward + backward + optimizer step) the way verl's FSDP2 engine builds it.
+
+Isolates the update path of a GRPO step from Ray, vLLM and verl's data plumbing so that each setting can be
+measured on its own: how the model is held (fp32 master weights + bf16 compute under FSDP2, or bf16 without
+FSDP), padding-free packed sequences vs padded batches, attention implementation, activation checkpointing.
+The model build mirrors verl 0.9.1's ``FSDPEngine`` (``from_pretrained`` in ``model_dtype``, PEFT LoRA,
+``enable_input_require_grads``, non-reentrant checkpointing, ``fully_shard`` per decoder layer and the root
+with ``MixedPrecisionPolicy(bf16, fp32)``).
+
+    torchrun --nproc-per-node 1 bench/actor_update_bench.py --model /path/to/model --out results.json
+    python bench/actor_update_bench.py --model /path --device cpu --tokens 512 --iters 1   # logic check on CPU
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import time
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.distributed as dist
+
+VARIANTS = {
+    # name: (model_dtype, fsdp, packed, attn_implementation, gradient_checkpointing)
+    "verl_default": ("fp32", True, True, "sdpa", True),
+    "padded": ("fp32", True, False, "sdpa", True),
+    "packed_no_checkpointing": ("fp32", True, True, "sdpa", False),
+    "padded_no_checkpointing": ("fp32", True, False, "sdpa", False),
+    "bf16_weights_packed": ("bf16", True, True, "sdpa", True),
+    "bf16_weights_padded": ("bf16", True, False, "sdpa", True),
+    "no_fsdp_bf16_padded": ("bf16", False, False, "sdpa", True),
+    "packed_flex_attention": ("fp32", True, True, "flex_attention", True),
+}
+
+
+@dataclass
+class Result:
+    variant: str
+    tokens: int
+    sequences: int
+    median_s: float
+    tokens_per_s: float
+    peak_memory_gb: float
+    error: str = ""
+
+
+def sequence_lengths(total_tokens: int, low: int, high: int, seed: int) -> list[int]:
+    """Random lengths in [low, high] whose sum stays within ``total_tokens`` (a token-budget micro batch)."""
+    rng = random.Random(seed)
+    lengths: list[int] = []
+    while True:
+        length = rng.randint(low, high)
+        if sum(lengths) + length > total_tokens:
+            return lengths or [total_tokens]
+        lengths.append(length)
+
+
+def build_model(path: str, model_dtype: str, attn: str, checkpointing: bool, use_fsdp: bool,
+                lora_rank: int, device: torch.device) -> torch.nn.Module:
+    """The actor as verl's FSDP engine builds it (see module docstring)."""
+    from peft import LoraConfig, TaskType, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    dtype = torch.float32 if model_dtype == "fp32" else torch.bfloat16
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation=attn)
+    model.config.use_cache = False
+    if checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model.enable_input_require_grads()
+    model = get_peft_model(model, LoraConfig(task_type=TaskType.CAUSAL_LM, r=lora_rank, lora_alpha=lora_rank,
+                                             target_modules="all-linear", bias="none"))
+    for param in model.parameters():  # verl casts the adapter to the base dtype
+        param.data = param.data.to(dtype)
+    model.to(device)
+    if use_fsdp:
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+        policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32,
+                                      cast_forward_inputs=True)
+        layer_classes = tuple(type(m) for m in model.modules() if type(m).__name__.endswith("DecoderLayer"))
+        for module in model.modules():
+            if isinstance(module, layer_classes):
+                fully_shard(module, mp_policy=policy)
+        fully_shard(model, mp_policy=policy)
+    return model
+
+
+def make_batch(lengths: list[int], packed: bool, vocab: int, device: torch.device) -> dict[str, torch.Tensor]:
+    """Packed: one row with position ids restarting per sequence (verl's padding-free path). Padded: a 2-D batch."""
+    gen = torch.Generator().manual_seed(0)
+    seqs = [torch.randint(0, vocab, (n,), generator=gen) for n in lengths]
+    if packed:
+        return {"input_ids": torch.cat(seqs).unsqueeze(0).to(device),
+                "position_ids": torch.cat([torch.arange(n) for n in lengths]).unsqueeze(0).to(device)}
+    width = max(lengths)
+    ids = torch.zeros(len(lengths), width, dtype=torch.long)
+    mask = torch.zeros(len(lengths), width, dtype=torch.long)
+    for row, seq in enumerate(seqs):
+        ids[row, : len(seq)] = seq
+        mask[row, : len(seq)] = 1
+    return {"input_ids": ids.to(device), "attention_mask": mask.to(device)}
+
+
+def train_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: dict[str, torch.Tensor],
+               autocast: bool) -> None:
+    """Forward, token log-probs in fp32 (as verl computes them), a policy-gradient-shaped loss, backward, step."""
+    with torch.autocast(batch["input_ids"].device.type, dtype=torch.bfloat16, enabled=autocast):
+        logits = model(**batch, use_cache=False).logits
+    labels = torch.roll(batch["input_ids"], shifts=-1, dims=-1)
+    log_probs = torch.log_softmax(logits.float(), dim=-1).gather(-1, labels.unsqueeze(-1)).squeeze(-1)
+    mask = batch.get("attention_mask")
+    loss = -(log_probs * mask).sum() / mask.sum() if mask is not None else -log_probs.mean()
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+
+
+def run_variant(name: str, args: argparse.Namespace, device: torch.device) -> Result:
+    model_dtype, use_fsdp, packed, attn, checkpointing = VARIANTS[name]
+    lengths = sequence_lengths(args.tokens, args.min_len, args.max_len, args.seed)
+    try:
+        model = build_model(args.model, model_dtype, attn, checkpointing, use_fsdp, args.lora_rank, device)
+        optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-5)
+        batch = make_batch(lengths, packed, model.config.vocab_size, device)
+        autocast = not use_fsdp  # FSDP2's policy casts; without it, autocast gives the same bf16 compute
+        times = []
+        if device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats()
+        for i in range(args.warmup + args.iters):
+            start = time.perf_counter()
+            train_step(model, optimizer, batch, autocast)
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            if i >= args.warmup:
+                times.append(time.perf_counter() - start)
+        peak = torch.cuda.max_memory_allocated() / 2**30 if device.type == "cuda" else 0.0
+        median = statistics.median(times)
+        result = Result(name, sum(lengths), len(lengths), median, sum(lengths) / median, peak)
+        if args.profile == name:
+            profile_step(model, optimizer, batch, autocast, args.profile_out)
+    except Exception as exc:  # a variant that cannot run here (e.g. flex attention) is reported, not fatal
+        result = Result(name, sum(lengths), len(lengths), float("nan"), 0.0, 0.0, error=f"{type(exc).__name__}: {exc}"[:500])
+    finally:
+        model = optimizer = batch = None
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    return result
+
+
+def profile_step(model, optimizer, batch, autocast: bool, out_path: str) -> None:
+    """One profiled step: the CUDA kernels and CPU ops that take the most time, as a text table."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
+    with profile(activities=activities) as prof:
+        train_step(model, optimizer, batch, autocast)
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+    sort = "self_cuda_time_total" if torch.cuda.is_available() else "self_cpu_time_total"
+    with open(out_path, "w") as handle:
+        handle.write(prof.key_averages().table(sort_by=sort, row_limit=25))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--tokens", type=int, default=16384, help="token budget of the micro batch")
+    parser.add_argument("--min-len", type=int, default=150)
+    parser.add_argument("--max-len", type=int, default=660)
+    parser.add_argument("--lora-rank", type=int, default=32)
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--iters", type=int, default=5)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--profile", default="verl_default", help="variant to profile one step of ('' for none)")
+    parser.add_argument("--profile-out", default="actor_update_profile.txt")
+    parser.add_argument("--out", default="actor_update_bench.json")
+    args = parser.parse_args()
+
+    unknown = [v for v in args.variants.split(",") if v not in VARIANTS]
+    if unknown:
+        parser.error(f"unknown --variants {unknown}; known: {sorted(VARIANTS)}")
+    device = torch.device(args.device)
+    os.environ.setdefault("RANK", "0")
+    os.environ.setdefault("WORLD_SIZE", "1")
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", "29533")
+    if device.type == "cuda":
+        torch.cuda.set_device(0)
+    dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+    results = []
+    for name in args.variants.split(","):
+        result = run_variant(name, args, device)
+        results.append(asdict(result))
+        print(json.dumps(asdict(result)), flush=True)
+    with open(args.out, "w") as handle:
+        json.dump({"device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
+                   "torch": torch.__version__, "results": results}, handle, indent=2)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
