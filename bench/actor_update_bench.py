@@ -197,7 +197,9 @@ def main() -> None:
     os.environ.setdefault("MASTER_PORT", "29533")
     if device.type == "cuda":
         torch.cuda.set_device(0)
-    dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+    owns_group = not dist.is_initialized()
+    if owns_group:  # FSDP2 needs a process group, even for one device
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
     results = []
     for name in args.variants.split(","):
         result = run_variant(name, args, device)
@@ -206,7 +208,8 @@ def main() -> None:
         with open(args.out, "w") as handle:  # rewritten after each variant: a killed run keeps what it measured
             json.dump({"device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
                        "torch": torch.__version__, "tokens_budget": args.tokens, "results": results}, handle, indent=2)
-    dist.destroy_process_group()
+    if owns_group:
+        dist.destroy_process_group()
 
 
 if __name__ == "__main__":

@@ -75,14 +75,22 @@ def test_speed_knobs_map_to_verl_keys():
     assert fast.algorithm.rollout_correction.bypass_mode is True
     assert arr.actor.use_kl_loss is False  # no KL: verl skips the reference pass
     assert fast.trainer.rollout_data_dir is None and "file" in fast.trainer.logger
+    assert arr.model.use_fused_kernels is True and arr.actor.fsdp_config.model_dtype == "fp32"
+    assert arr.model.use_remove_padding is False  # sdpa: padded rows beat one block-masked packed row
+    flash = compose("ppo_trainer", overrides_of(dry_run(
+        "openspiel-ppo.sh", RUN_PROFILE="smoke", ATTN_IMPLEMENTATION="flash_attention_2")))
+    assert flash.actor_rollout_ref.model.use_remove_padding is True
     plain = compose("ppo_trainer", overrides_of(dry_run(
         "openspiel-ppo.sh", RUN_PROFILE="smoke", ENFORCE_EAGER="True", USE_DYNAMIC_BSZ="0",
-        BYPASS_OLD_LOG_PROB="0", KL_LOSS_COEF="0.001", GRADIENT_CHECKPOINTING="0", ROLLOUT_DUMP_DIR="/tmp/dumps")))
+        BYPASS_OLD_LOG_PROB="0", KL_LOSS_COEF="0.001", GRADIENT_CHECKPOINTING="0", ROLLOUT_DUMP_DIR="/tmp/dumps",
+        USE_FUSED_KERNELS="0", USE_REMOVE_PADDING="1", ACTOR_MODEL_DTYPE="bf16")))
     arr = plain.actor_rollout_ref
     assert arr.rollout.enforce_eager is True and arr.actor.use_dynamic_bsz is False
     assert plain.algorithm.rollout_correction.bypass_mode is False
     assert arr.actor.use_kl_loss is True and arr.actor.kl_loss_coef == pytest.approx(0.001)
     assert arr.model.enable_gradient_checkpointing is False and plain.trainer.rollout_data_dir == "/tmp/dumps"
+    assert arr.model.use_fused_kernels is False and arr.model.use_remove_padding is True
+    assert arr.actor.fsdp_config.model_dtype == "bf16"
     assert check_ppo(plain, check_imports=False) == []
 
 

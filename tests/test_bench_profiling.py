@@ -1,0 +1,90 @@
+"""The speed-diagnosis tools: the trace summary counts what a real torch profile holds, and the actor micro-batch
+bench builds the batches it claims (token budget, packed position ids, padded masks) and runs on CPU."""
+
+from __future__ import annotations
+
+import gzip
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(name, REPO / "bench" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+trace_top = _load("trace_top")
+actor_update_bench = _load("actor_update_bench")
+
+
+def test_trace_top_totals_a_real_torch_trace(tmp_path):
+    from torch.profiler import profile, record_function
+
+    with profile() as prof:
+        with record_function("micro_batch0"):
+            for _ in range(3):
+                torch.log_softmax(torch.randn(64, 32), dim=-1)
+    plain = tmp_path / "trace.json"
+    prof.export_chrome_trace(str(plain))
+    packed = tmp_path / "trace.json.gz"
+    with gzip.open(packed, "wt") as handle:
+        handle.write(plain.read_text())
+
+    events = trace_top.load_events(packed)
+    totals = trace_top.totals_by_category(events)
+    assert totals["cpu_op"]["aten::log_softmax"][1] == 3
+    assert totals["user_annotation"]["micro_batch0"][1] == 1
+    report = trace_top.render(packed, events, top=5)
+    assert "| aten::log_softmax |" in report and "| micro_batch0 |" in report
+
+
+def test_micro_batch_lengths_fill_the_token_budget():
+    lengths = actor_update_bench.sequence_lengths(16384, 150, 660, seed=0)
+    assert sum(lengths) <= 16384 and sum(lengths) > 16384 - 660
+    assert all(150 <= n <= 660 for n in lengths)
+
+
+def test_packed_and_padded_batches_hold_the_same_tokens():
+    lengths = [3, 5]
+    packed = actor_update_bench.make_batch(lengths, packed=True, vocab=50, device=torch.device("cpu"))
+    padded = actor_update_bench.make_batch(lengths, packed=False, vocab=50, device=torch.device("cpu"))
+    assert packed["position_ids"].tolist() == [[0, 1, 2, 0, 1, 2, 3, 4]]
+    assert padded["attention_mask"].tolist() == [[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]]
+    assert packed["input_ids"][0, :3].tolist() == padded["input_ids"][0, :3].tolist()
+    assert packed["input_ids"][0, 3:].tolist() == padded["input_ids"][1].tolist()
+
+
+def test_actor_update_bench_runs_each_variant_on_cpu(tmp_path, monkeypatch):
+    import socket
+
+    from verl_ext.tiny_model import build_qwen2, build_tokenizer
+
+    with socket.socket() as sock:  # a free port for the one-process gloo group
+        sock.bind(("127.0.0.1", 0))
+        monkeypatch.setenv("MASTER_PORT", str(sock.getsockname()[1]))
+
+    tokenizer_dir = build_tokenizer(tmp_path / "model", ["play a move"] * 20, vocab_size=300)
+    model_dir = build_qwen2(tmp_path / "model", "tiny", tokenizer_dir, dtype="float32")
+    out = tmp_path / "bench.json"
+    sys_argv = ["actor_update_bench.py", "--model", str(model_dir), "--device", "cpu", "--tokens", "96",
+                "--min-len", "16", "--max-len", "40", "--warmup", "0", "--iters", "1",
+                "--variants", "verl_default,padded,no_fsdp_bf16_padded", "--profile", "padded",
+                "--profile-out", str(tmp_path / "profile.txt"), "--out", str(out)]
+    old_argv, sys.argv = sys.argv, sys_argv
+    try:
+        actor_update_bench.main()
+    finally:
+        sys.argv = old_argv
+    results = json.loads(out.read_text())["results"]
+    assert [r["variant"] for r in results] == ["verl_default", "padded", "no_fsdp_bf16_padded"]
+    assert all(r["error"] == "" and r["median_s"] > 0 and r["tokens"] <= 96 for r in results)
+    assert "Name" in (tmp_path / "profile.txt").read_text()
