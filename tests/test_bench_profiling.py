@@ -4,26 +4,15 @@ bench builds the batches it claims (token budget, packed position ids, padded ma
 from __future__ import annotations
 
 import gzip
-import importlib.util
 import json
 import sys
-from pathlib import Path
 
 import torch
 
-REPO = Path(__file__).resolve().parents[1]
+from bench_scripts import load_bench_script
 
-
-def _load(name: str):
-    spec = importlib.util.spec_from_file_location(name, REPO / "bench" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-trace_top = _load("trace_top")
-actor_update_bench = _load("actor_update_bench")
+trace_top = load_bench_script("trace_top")
+actor_update_bench = load_bench_script("actor_update_bench")
 
 
 def test_trace_top_totals_a_real_torch_trace(tmp_path):

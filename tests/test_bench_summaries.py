@@ -2,28 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 
 from verl_ext.mixture import EnvMixture
 from verl_ext.reward import compute_score
 
-REPO = Path(__file__).resolve().parents[1]
+from bench_scripts import load_bench_script
 
-
-def _load(name: str):
-    spec = importlib.util.spec_from_file_location(name, REPO / "bench" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-summarize_run = _load("summarize_run")
-compare_speed = _load("compare_speed")
+summarize_run = load_bench_script("summarize_run")
+compare_speed = load_bench_script("compare_speed")
 
 
 def test_summary_reports_legal_rate_and_our_share_of_the_step(tmp_path, monkeypatch):
