@@ -38,6 +38,7 @@ OPTIONAL_VARIANTS: dict[str, tuple[str, bool, bool, str, bool]] = {
     # torch.compile of flex attention ran for minutes on the H100 before the first step: opt-in only
     "packed_flex_attention": ("fp32", True, True, "flex_attention", True),
 }
+ALL_VARIANTS = {**VARIANTS, **OPTIONAL_VARIANTS}
 
 
 @dataclass
@@ -124,7 +125,7 @@ def train_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: 
 
 
 def run_variant(name: str, args: argparse.Namespace, device: torch.device) -> Result:
-    model_dtype, use_fsdp, packed, attn, checkpointing = {**VARIANTS, **OPTIONAL_VARIANTS}[name]
+    model_dtype, use_fsdp, packed, attn, checkpointing = ALL_VARIANTS[name]
     lengths = sequence_lengths(args.tokens, args.min_len, args.max_len, args.seed)
     try:
         model = build_model(args.model, model_dtype, attn, checkpointing, use_fsdp, args.lora_rank, device)
@@ -186,10 +187,9 @@ def main() -> None:
     parser.add_argument("--out", default="actor_update_bench.json")
     args = parser.parse_args()
 
-    known = {**VARIANTS, **OPTIONAL_VARIANTS}
-    unknown = [v for v in args.variants.split(",") if v not in known]
+    unknown = [v for v in args.variants.split(",") if v not in ALL_VARIANTS]
     if unknown:
-        parser.error(f"unknown --variants {unknown}; known: {sorted(known)}")
+        parser.error(f"unknown --variants {unknown}; known: {sorted(ALL_VARIANTS)}")
     device = torch.device(args.device)
     os.environ.setdefault("RANK", "0")
     os.environ.setdefault("WORLD_SIZE", "1")

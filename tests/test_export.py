@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
@@ -59,8 +60,6 @@ def test_bad_override_is_a_clear_error(tmp_path, capsys):
 @pytest.mark.parametrize("name", ["games", "logic", "mixture"])
 def test_shipped_example_configs_export(tmp_path, name):
     """data/*.yaml are the documented starting points; each must load and produce rows."""
-    from pathlib import Path
-
     config = Path(__file__).resolve().parents[1] / "data" / f"{name}.yaml"
     out = tmp_path / f"{name}.parquet"
     assert export_main(["--config", str(config), "--max-samples", "4", "--no-progress", "--out", str(out)]) == 0

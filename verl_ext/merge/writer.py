@@ -71,7 +71,7 @@ def parse_size(text: str) -> int:
 
 
 class ShardedSafetensorsWriter:
-    """Writes `tensors` (in the given order) into `model-XXXXX-of-YYYYY.safetensors` files of at most
+    """Writes `tensors` (in the given order) into numbered `model-00001-of-00003.safetensors`-style files of at most
     `max_shard_bytes` each (a single tensor larger than that gets a file of its own)."""
 
     def __init__(self, out_dir: Path, tensors: list[PlannedTensor], max_shard_bytes: int) -> None:
