@@ -148,7 +148,8 @@ def run_variant(name: str, args: argparse.Namespace, device: torch.device) -> Re
         if args.profile == name:
             profile_step(model, optimizer, batch, autocast, args.profile_out)
     except Exception as exc:  # a variant that cannot run here (e.g. flex attention) is reported, not fatal
-        result = Result(name, sum(lengths), len(lengths), float("nan"), 0.0, 0.0, error=f"{type(exc).__name__}: {exc}"[:500])
+        error = f"{type(exc).__name__}: {exc}"[:500]
+        result = Result(name, sum(lengths), len(lengths), float("nan"), 0.0, 0.0, error=error)
     finally:
         model = optimizer = batch = None
         if device.type == "cuda":
