@@ -20,96 +20,24 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import statistics
 from pathlib import Path
 from typing import Any
 
+from verl_ext import runlog
+from verl_ext.runlog import Steps
+
 KEEP_PREFIXES = ("timing_s/", "perf/", "critic/score/mean", "response_length/mean", "response_length/clip_ratio",
                  "prompt_length/mean", "actor/pg_loss", "actor/kl_loss", "actor/entropy", "actor/lr",
                  "actor/perf/max_memory_allocated_gb", "actor/perf/max_memory_reserved_gb")
-RATES = {"valid": "legal_rate", "format_ok": "format_rate", "failed": "reward_failures"}
 
 
-_CONSOLE_STEP = re.compile(r"\bstep:(\d+) - (.*)$")
+def read_run(metrics_path: Path, per_step: int | None = None) -> tuple[Steps, Steps]:
+    """One run: the kept verl metrics and the per-step sample statistics (``verl_ext.runlog``)."""
+    return runlog.read_run(metrics_path, per_step, KEEP_PREFIXES)
 
 
-def read_console_log(path: Path) -> dict[int, dict[str, float]]:
-    """verl's console logger lines (``step:N - key:value - key:value ...``) -> {step: kept metrics}."""
-    steps: dict[int, dict[str, float]] = {}
-    for line in path.read_text(errors="replace").splitlines():
-        match = _CONSOLE_STEP.search(line)
-        if not match:
-            continue
-        record = {}
-        for part in match.group(2).split(" - "):
-            key, _, value = part.strip().rpartition(":")
-            try:
-                record[key] = float(value)
-            except ValueError:
-                continue
-        steps[int(match.group(1))] = {k: v for k, v in record.items() if k.startswith(KEEP_PREFIXES)}
-    return steps
-
-
-def read_metrics(path: Path) -> dict[int, dict[str, float]]:
-    """verl file-logger JSONL (or a console ``.log``) -> {step: kept metrics}; a repeated step keeps its last."""
-    if path.suffix == ".log":
-        return read_console_log(path)
-    steps: dict[int, dict[str, float]] = {}
-    for line in path.read_text().splitlines():
-        if not line.strip():
-            continue
-        entry = json.loads(line)
-        record = entry.get("data", entry)
-        step = int(entry.get("step", record.get("training/global_step", 0)))
-        steps[step] = {k: float(v) for k, v in record.items()
-                       if k.startswith(KEEP_PREFIXES) and isinstance(v, (int, float))}
-    return steps
-
-
-def samples_path(metrics: Path) -> Path | None:
-    """The sample log beside a metrics file: run.metrics.jsonl (or run.log) -> run.samples.jsonl."""
-    if metrics.suffix == ".log":
-        return metrics.with_suffix(".samples.jsonl")
-    if "metrics" in metrics.name:
-        return metrics.with_name(metrics.name.replace("metrics", "samples"))
-    return None
-
-
-def read_samples(path: Path | None, steps: list[int], per_step: int | None) -> dict[int, dict[str, float]]:
-    """Our per-sample log -> per-step rates and time sums, matched to ``steps`` in order."""
-    if path is None or not path.is_file() or not steps:
-        return {}
-    samples = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    samples = sorted((s for s in samples if s.get("split", "train") == "train"), key=lambda s: s["time"])
-    per_step = per_step or len(samples) // len(steps)
-    if per_step <= 0:
-        return {}
-    out: dict[int, dict[str, float]] = {}
-    for index, step in enumerate(steps):
-        chunk = samples[index * per_step:(index + 1) * per_step]
-        if len(chunk) < per_step:
-            break
-        row: dict[str, float] = {"samples": float(len(chunk)),
-                                 "reward_mean": statistics.fmean(float(s["score"]) for s in chunk)}
-        for key, label in RATES.items():
-            row[label] = statistics.fmean(float(s.get(key, 0.0)) for s in chunk)
-        for key in ("reward_ms", "dataset_ms"):
-            values = sorted(float(s.get(key, 0.0)) for s in chunk)
-            row[f"{key}_sum"] = sum(values)
-            row[f"{key}_p99"] = values[min(len(values) - 1, int(0.99 * len(values)))]
-        out[step] = row
-    return out
-
-
-def read_run(metrics_path: Path, per_step: int | None = None) -> tuple[dict, dict]:
-    """One run: its verl metrics and its per-step sample statistics."""
-    metrics = read_metrics(metrics_path)
-    return metrics, read_samples(samples_path(metrics_path), sorted(metrics), per_step)
-
-
-def summarise(metrics: dict[int, dict[str, float]], samples: dict[int, dict[str, float]]) -> dict[str, Any]:
+def summarise(metrics: Steps, samples: Steps) -> dict[str, Any]:
     rows = []
     for step in sorted(set(metrics) | set(samples)):
         verl, ours = metrics.get(step, {}), samples.get(step, {})
@@ -145,12 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     missing = [str(p) for p in args.metrics if not p.is_file()]
     if missing:
         parser.error(f"metrics file(s) not found: {', '.join(missing)}")
-    metrics: dict[int, dict[str, float]] = {}
-    samples: dict[int, dict[str, float]] = {}
-    for path in args.metrics:  # a resumed run's steps follow (or replace) the earlier run's
-        run_metrics, run_samples = read_run(path, args.samples_per_step)
-        metrics.update(run_metrics)
-        samples.update(run_samples)
+    metrics, samples = runlog.read_runs(args.metrics, args.samples_per_step, KEEP_PREFIXES)
     summary = summarise(metrics, samples)
     args.out.write_text(json.dumps(summary, indent=2, sort_keys=True))
     print(f"{summary['num_steps']} steps -> {args.out}; median step {summary['median_step_s_after_first']} s "

@@ -278,7 +278,6 @@ ALLOWED = {
     "SITE": "bench/gpu_smoke.sh: install target of the harness",
     "MODEL_DIR": "bench/gpu_smoke.sh: scratch folder of the random-init smoke model",
     "WORK": "bench/gpu_smoke.sh: scratch folder of the smoke run",
-    "EVAL_BACKEND": "bench/gpu_smoke.sh: eval backend of the evidence run",
     "TRL_SITE": "bench/gpu_smoke.sh: where the harness installs the TRL peer (kept apart from verl)",
     "STEPS": "bench/train_speed.sh: optimizer steps of the speed benchmark (a bench setting, not a training one)",
     "PYTHONPATH": "standard Python variable; bench scripts extend it for their subprocesses",

@@ -64,3 +64,19 @@ def test_shipped_example_configs_export(tmp_path, name):
     out = tmp_path / f"{name}.parquet"
     assert export_main(["--config", str(config), "--max-samples", "4", "--no-progress", "--out", str(out)]) == 0
     assert pq.read_table(out).num_rows == 4
+
+
+def test_parallel_export_writes_the_same_rows(tmp_path):
+    """--jobs splits the rows over forked processes; the file must not depend on it (several chunks here)."""
+    args = ["--set", "openspiel.game_types=[tic_tac_toe,connect_four]", "--set", "openspiel.num_tasks_per_case=80",
+            "--format", "sft", "--no-progress"]
+    serial, parallel = tmp_path / "serial.parquet", tmp_path / "parallel.parquet"
+    assert export_main([*args, "--out", str(serial)]) == 0
+    assert export_main([*args, "--jobs", "3", "--out", str(parallel)]) == 0
+    assert serial.read_bytes() == parallel.read_bytes()
+    assert pq.read_table(parallel).num_rows == 160
+
+
+def test_jobs_must_be_positive(tmp_path, capsys):
+    assert export_main([*ARGS, "--jobs", "0", "--out", str(tmp_path / "x.parquet")]) == 2
+    assert "--jobs must be >= 1, got 0" in capsys.readouterr().err

@@ -248,6 +248,9 @@ def test_lora_merge_matches_base_plus_adapter(ckpts, tmp_path, capsys):
     for label in ("exported adapter on base vs shards", "merged (fp32) vs base+adapter",
                   "written merged model vs base+adapter"):
         assert re.search(re.escape(label) + r": max abs logit diff \S+ \(<= 1e-04\) OK", report), label
+    effect = re.search(r"adapter effect, base vs base\+adapter \(max \|lora_B\| (\S+)\): max abs logit diff (\S+) "
+                       r"\(informational\)", report)
+    assert effect and float(effect.group(1)) > 0 and float(effect.group(2)) > 1e-3, report
     assert not (out / "adapter_config.json").exists()  # else transformers would load the dir as an adapter
     assert (out / "lora_adapter" / "adapter_model.safetensors").exists()
 

@@ -11,6 +11,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "export": ("verl_ext.export", "export tasks to parquet (verl RL format or SFT prompt/response)"),
     "eval": ("verl_ext.evaluation.cli", "evaluate models on held-out tasks, full games vs bots, logic tasks"),
     "merge": ("verl_ext.merge.cli", "merge FSDP/LoRA checkpoints into Hugging Face models (same as merge-ppo)"),
+    "plot": ("verl_ext.plot", "training curves (PNG + JSON) from a run's metrics and sample logs"),
     "wheelhouse": ("verl_ext.wheelhouse.cli", "offline wheelhouse: download, pack into chunks, install"),
 }
 

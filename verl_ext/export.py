@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import os
 import sys
 import tempfile
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -14,9 +16,13 @@ import pyarrow.parquet as pq
 from tqdm import tqdm
 
 from .envs.config import ConfigError
-from .mixture import SPLITS, EnvMixture, subsample
+from .mixture import SPLITS, EnvMixture, TaskRef, subsample
 
 FORMATS = ("rl", "sft")
+# rows per unit of work handed to an export worker process
+_CHUNK_ROWS = 64
+# the mixture of the running export, inherited by forked worker processes (adapters hold unpicklable games)
+_WORKER_MIXTURE: EnvMixture | None = None
 
 
 def load_env_section(config_path: str | None, overrides: list[str]) -> dict[str, Any]:
@@ -37,23 +43,51 @@ def load_env_section(config_path: str | None, overrides: list[str]) -> dict[str,
     return OmegaConf.to_container(section, resolve=True)  # type: ignore[return-value]
 
 
+def _row(mixture: EnvMixture, ref: TaskRef, split: str, fmt: str, index: int) -> dict[str, Any] | None:
+    """One exported row; None when an SFT row has no reference answer."""
+    row = mixture.row(ref, split, index)
+    if fmt == "sft":
+        answer = mixture.adapters[ref.env].reference_answer(mixture.build(ref))
+        if answer is None:
+            return None
+        row["response"] = answer
+        row["messages"] = row["prompt"] + [{"role": "assistant", "content": answer}]
+    return row
+
+
+def _rows_of_chunk(job: tuple[list[tuple[int, TaskRef]], str, str]) -> list[dict[str, Any] | None]:
+    refs, split, fmt = job
+    assert _WORKER_MIXTURE is not None, "export workers are forked from a process that set the mixture"
+    return [_row(_WORKER_MIXTURE, ref, split, fmt, i) for i, ref in refs]
+
+
 def build_rows(mixture: EnvMixture, split: str, fmt: str, max_samples: int = -1, seed: int = 0,
-               progress: bool = True) -> tuple[list[dict[str, Any]], int]:
-    """Rows of ``split`` in ``fmt``; returns (rows, tasks skipped for lack of a reference answer)."""
-    refs = subsample(mixture.plan(split), max_samples, seed)
-    rows, skipped = [], 0
-    for i, ref in enumerate(tqdm(refs, desc=f"{split}/{fmt}", unit="task", disable=not progress)):
-        row = mixture.row(ref, split, i)
-        if fmt == "sft":
-            adapter = mixture.adapters[ref.env]
-            answer = adapter.reference_answer(mixture.build(ref))
-            if answer is None:
-                skipped += 1
-                continue
-            row["response"] = answer
-            row["messages"] = row["prompt"] + [{"role": "assistant", "content": answer}]
-        rows.append(row)
-    return rows, skipped
+               progress: bool = True, jobs: int = 1) -> tuple[list[dict[str, Any]], int]:
+    """Rows of ``split`` in ``fmt``; returns (rows, tasks skipped for lack of a reference answer).
+
+    ``jobs`` > 1 builds rows in that many forked processes (engine moves for SFT rows are the slow part);
+    the rows and their order do not depend on ``jobs``.
+    """
+    global _WORKER_MIXTURE
+    refs = list(enumerate(subsample(mixture.plan(split), max_samples, seed)))
+    built: list[dict[str, Any] | None] = []
+    with tqdm(total=len(refs), desc=f"{split}/{fmt}", unit="task", disable=not progress) as bar:
+        if jobs <= 1 or len(refs) <= _CHUNK_ROWS:
+            for i, ref in refs:
+                built.append(_row(mixture, ref, split, fmt, i))
+                bar.update(1)
+        else:
+            chunks = [(refs[k:k + _CHUNK_ROWS], split, fmt) for k in range(0, len(refs), _CHUNK_ROWS)]
+            _WORKER_MIXTURE = mixture
+            try:
+                with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("fork")) as pool:
+                    for rows in pool.map(_rows_of_chunk, chunks):
+                        built += rows
+                        bar.update(len(rows))
+            finally:
+                _WORKER_MIXTURE = None
+    rows = [row for row in built if row is not None]
+    return rows, len(built) - len(rows)
 
 
 def write_parquet(rows: list[dict[str, Any]], out: Path) -> None:
@@ -80,12 +114,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-samples", type=int, default=-1)
     parser.add_argument("--seed", type=int, default=0, help="seed of the --max-samples subset")
     parser.add_argument("--out", required=True, help="output .parquet path")
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="worker processes (Linux: forked); the output does not depend on it")
     parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)
+    if args.jobs < 1:
+        print(f"verl-ext export: --jobs must be >= 1, got {args.jobs}", file=sys.stderr)
+        return 2
+    if args.jobs > 1 and "fork" not in multiprocessing.get_all_start_methods():
+        print("verl-ext export: --jobs > 1 needs the 'fork' start method (Linux); exporting in one process",
+              file=sys.stderr)
+        args.jobs = 1
     try:
         mixture = EnvMixture(load_env_section(args.config, args.overrides), where="env")
         rows, skipped = build_rows(mixture, args.split, args.format, args.max_samples, args.seed,
-                                   progress=not args.no_progress)
+                                   progress=not args.no_progress, jobs=args.jobs)
     except ConfigError as err:
         print(f"verl-ext export: {err}", file=sys.stderr)
         return 2

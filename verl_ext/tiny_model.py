@@ -2,7 +2,12 @@
 
 ``python -m verl_ext.tiny_model --out DIR --shape qwen2.5-0.5b`` writes a Hugging Face model folder
 (config, safetensors, tokenizer with a Qwen-style chat template) with no hub access. The weights are
-random: it exercises the pipeline and its speed, it does not play well.
+random. Shapes (parameter counts with the default 4096-token vocabulary, embeddings tied):
+
+- ``tiny`` (0.4M): unit tests and CPU runs of the whole pipeline.
+- ``small`` (14.6M; 13.2M with the ~1,000-token vocabulary a tic_tac_toe + connect_four corpus gives): the smallest shape that learns the games; the from-scratch recipe
+  (``train/recipes/from-scratch.sh``) trains it by SFT, then GRPO, on one GPU in minutes.
+- ``qwen2.5-0.5b`` (0.36B with this vocabulary): Qwen2.5-0.5B's layers, for speed and memory runs.
 """
 
 from __future__ import annotations
@@ -18,6 +23,9 @@ SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 SHAPES = {
     "tiny": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                  num_key_value_heads=2),
+    # 6 layers x hidden 384 (head dim 64, grouped-query attention 6:2): 14.6M parameters with a 4096 vocabulary.
+    "small": dict(hidden_size=384, intermediate_size=1536, num_hidden_layers=6, num_attention_heads=6,
+                  num_key_value_heads=2),
     # Qwen2.5-0.5B's shape (its vocabulary is replaced by the tokenizer trained here).
     "qwen2.5-0.5b": dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
                          num_key_value_heads=2),
@@ -61,6 +69,22 @@ def build_qwen2(out_dir: Path, shape: str, tokenizer_dir: Path, seed: int = 0, d
     return Path(out_dir)
 
 
+def parameter_count(model_dir: Path) -> int:
+    """Number of parameters of the model saved in ``model_dir`` (tied embeddings counted once)."""
+    from safetensors import safe_open
+
+    total = 0
+    for path in sorted(Path(model_dir).glob("*.safetensors")):
+        with safe_open(str(path), framework="pt") as handle:
+            for key in handle.keys():
+                shape = handle.get_slice(key).get_shape()
+                count = 1
+                for dim in shape:
+                    count *= int(dim)
+                total += count
+    return total
+
+
 def env_corpus(env_section: dict, limit: int = 2000) -> list[str]:
     """Prompts of the configured envs (and answer snippets): text to train the tokenizer on."""
     from .mixture import EnvMixture
@@ -86,7 +110,8 @@ def main(argv: list[str] | None = None) -> int:
         section["logic"] = {"cases": args.logic_cases.split(","), "num_tasks_per_case": 16}
     build_tokenizer(out, env_corpus(section), args.vocab_size)
     build_qwen2(out, args.shape, out, seed=args.seed)
-    print(f"wrote a random-init {args.shape} Qwen2 model and tokenizer to {out}")
+    print(f"wrote a random-init {args.shape} Qwen2 model ({parameter_count(out) / 1e6:.1f}M parameters) "
+          f"and tokenizer to {out}")
     return 0
 
 

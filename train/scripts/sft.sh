@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# Supervised warm-up with verl's SFT trainer on parquet from `verl-ext export --format sft`.
-#   verl-ext export --config data/openspiel.yaml --format sft --out data/sft_train.parquet
-#   verl-ext export --config data/openspiel.yaml --format sft --split val --out data/sft_val.parquet
+# Supervised fine-tuning with verl's SFT trainer (torchrun, one node) on parquet from `verl-ext export --format sft`.
+#   verl-ext export --config data/games.yaml --format sft --out data/sft_train.parquet
+#   verl-ext export --config data/games.yaml --format sft --split val --out data/sft_val.parquet
 #   bash train/scripts/sft.sh [--dry-run] [hydra.key=value ...]
+# Knobs (environment): MODEL_PATH, SFT_TRAIN_FILE, SFT_VAL_FILE, ENABLE_LORA, LR, LR_SCHEDULER, LR_WARMUP_RATIO,
+# SFT_EPOCHS, SFT_TOTAL_STEPS, SFT_BATCH_SIZE, SFT_MAX_LENGTH, SFT_SAVE_FREQ, ... (docs/training.md "SFT").
+# Rerunning the same command resumes from the last checkpoint (trainer.resume_mode=auto).
 # shellcheck source-path=SCRIPTDIR
 set -euo pipefail
 # shellcheck source=lib/common.sh
@@ -13,10 +16,14 @@ load_dotenv
 : "${MODEL_PATH:=Qwen/Qwen2.5-0.5B-Instruct}"
 : "${SFT_TRAIN_FILE:=$REPO_ROOT/data/sft_train.parquet}" "${SFT_VAL_FILE:=$REPO_ROOT/data/sft_val.parquet}"
 : "${ENABLE_LORA:=1}" "${LORA_RANK:=32}" "${LORA_ALPHA:=32}" "${FSDP_STRATEGY:=fsdp2}"
-: "${N_GPUS_PER_NODE:=1}" "${NNODES:=1}" "${SFT_EPOCHS:=2}" "${SFT_BATCH_SIZE:=64}" "${SFT_MAX_LENGTH:=1536}"
-: "${MICRO_BATCH_SIZE_PER_GPU:=8}" "${PROJECT_NAME:=verl-ext}" "${EXPERIMENT_NAME:=sft}"
+: "${N_GPUS_PER_NODE:=1}" "${NNODES:=1}" "${SFT_EPOCHS:=2}" "${SFT_TOTAL_STEPS:=}" "${SFT_BATCH_SIZE:=64}"
+: "${SFT_MAX_LENGTH:=1536}" "${MICRO_BATCH_SIZE_PER_GPU:=8}" "${PROJECT_NAME:=verl-ext}" "${EXPERIMENT_NAME:=sft}"
 : "${CHECKPOINT_DIR:=$REPO_ROOT/checkpoints/$PROJECT_NAME/$EXPERIMENT_NAME}" "${LOG_DIR:=$REPO_ROOT/logs}"
-: "${ATTN_IMPLEMENTATION:=sdpa}"
+: "${ATTN_IMPLEMENTATION:=sdpa}" "${LOGGERS:=[console,file,wandb]}" "${SFT_SEED:=1}"
+# constant: verl's default; cosine decays to 0 over the run (what from-scratch training wants)
+: "${LR_SCHEDULER:=constant}" "${LR_WARMUP_RATIO:=0}"
+# -1: save only at the end; after_each_epoch, or every N steps, lets a killed run resume close to where it stopped
+: "${SFT_SAVE_FREQ:=-1}" "${SFT_TEST_FREQ:=-1}"
 if [[ "$ENABLE_LORA" == "1" ]]; then : "${LR:=1e-4}"; lora_rank="$LORA_RANK"; else : "${LR:=1e-5}"; lora_rank=0; fi
 ARGS=(
   data.train_files="$SFT_TRAIN_FILE"
@@ -32,14 +39,22 @@ ARGS=(
   +model.override_config.attn_implementation="$ATTN_IMPLEMENTATION"
   engine.strategy="$FSDP_STRATEGY"
   optim.lr="$LR"
+  optim.lr_scheduler_type="$LR_SCHEDULER"
+  optim.lr_warmup_steps_ratio="$LR_WARMUP_RATIO"
   trainer.project_name="$PROJECT_NAME"
   trainer.experiment_name="$EXPERIMENT_NAME"
   trainer.default_local_dir="$CHECKPOINT_DIR"
   trainer.total_epochs="$SFT_EPOCHS"
+  trainer.save_freq="$SFT_SAVE_FREQ"
+  trainer.test_freq="$SFT_TEST_FREQ"
+  trainer.seed="$SFT_SEED"
   trainer.n_gpus_per_node="$N_GPUS_PER_NODE"
   trainer.nnodes="$NNODES"
-  "trainer.logger=[console,wandb]"
+  "trainer.logger=$LOGGERS"
 )
+if [[ -n "$SFT_TOTAL_STEPS" ]]; then
+  ARGS+=(trainer.total_training_steps="$SFT_TOTAL_STEPS")
+fi
 if [[ "$DRY_RUN" != "1" ]]; then
   for f in "$SFT_TRAIN_FILE" "$SFT_VAL_FILE"; do
     [[ -f "$f" ]] || { echo "SFT_TRAIN_FILE/SFT_VAL_FILE: no such file '$f' (make it with verl-ext export --format sft)" >&2; exit 2; }

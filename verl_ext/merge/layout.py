@@ -1,6 +1,6 @@
-"""Find and validate verl's on-disk FSDP actor checkpoint layout.
+"""Find and validate verl's on-disk FSDP checkpoint layouts (PPO/GRPO actor and SFT).
 
-verl 0.9.1 (`FSDPCheckpointManager.save_checkpoint` + `RayPPOTrainer._save_checkpoint`) writes::
+verl 0.9.1's PPO trainer (`FSDPCheckpointManager.save_checkpoint` + `RayPPOTrainer._save_checkpoint`) writes::
 
     <default_local_dir>/
         latest_checkpointed_iteration.txt          # "N", written after the step is fully saved
@@ -13,6 +13,10 @@ verl 0.9.1 (`FSDPCheckpointManager.save_checkpoint` + `RayPPOTrainer._save_check
                 fsdp_config.json                   # {"FSDP_version": 1|2, "world_size": W}
                 lora_train_meta.json               # LoRA runs only: {"r", "lora_alpha", "task_type"}
                 huggingface/                       # config, tokenizer, generation config (+ weights if hf_model saved)
+
+Its SFT trainer (`verl.trainer.sft_trainer`, `CheckpointHandler`) writes the same files one level up, with no
+``actor/`` folder: ``global_step_N/{model_world_size_W_rank_R.pt, fsdp_config.json, huggingface/, data_0.pt}``.
+Both are accepted wherever a checkpoint path is (the step folder itself then plays the actor folder's part).
 """
 
 from __future__ import annotations
@@ -98,10 +102,11 @@ def resolve_actor_dir(path: Path, step: int | None = None, role: str = "actor") 
     if not path.is_dir():
         raise MergeError(f"checkpoint path is not a directory: {path}")
 
-    step_of_path = STEP_DIR_PATTERN.match(path.parent.name)
     if _looks_like_actor_dir(path):
         if step is not None:
             raise MergeError(f"--step only applies to an experiment dir, but {path} is already a {role} dir")
+        # PPO: global_step_N/actor/; SFT: the step folder itself holds the shards
+        step_of_path = STEP_DIR_PATTERN.match(path.name) or STEP_DIR_PATTERN.match(path.parent.name)
         return path, int(step_of_path.group(1)) if step_of_path else None
     if (path / role).is_dir():
         if step is not None:
@@ -117,7 +122,9 @@ def resolve_actor_dir(path: Path, step: int | None = None, role: str = "actor") 
             raise MergeError(f"step {chosen} has no directory {step_dir} (available steps: {steps})")
         actor_dir = step_dir / role
         if not actor_dir.is_dir():
-            raise MergeError(f"{step_dir} has no {role}/ directory")
+            if _looks_like_actor_dir(step_dir):  # an SFT checkpoint: no actor/ level
+                return step_dir, chosen
+            raise MergeError(f"{step_dir} has no {role}/ directory (nor model shards of an SFT checkpoint)")
         return resolve_actor_dir(actor_dir, None, role)[0], chosen
     if _looks_like_megatron(path):
         raise MergeError(

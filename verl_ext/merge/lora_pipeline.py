@@ -117,6 +117,7 @@ def merge_lora_checkpoint(
             if reference_logits is not None:
                 checks.append(compare("exported adapter on base vs shards", adapter_logits, reference_logits))
                 raise_on_failure(checks)
+                checks.append(adapter_effect(peft_model, input_ids, adapter_logits, lora_tensors))
             if opts.merge_lora:
                 merged = merge_and_unload(peft_model)
                 checks += _write_merged_model(
@@ -124,6 +125,24 @@ def merge_lora_checkpoint(
                 )
         files = list_files(stage)
     return MergeReport(Path(opts.output), kind, str(ckpt.actor_dir), files, checks)
+
+
+def adapter_effect(peft_model: torch.nn.Module, input_ids: torch.Tensor, adapter_logits: torch.Tensor,
+                   lora_tensors: dict[str, torch.Tensor]) -> Check:
+    """How far the adapter moves the base model's logits (informational); warns when it moves nothing.
+
+    A LoRA run whose reward never varied keeps every ``lora_B`` at its zero init: the merge is then exact but
+    the "trained" model is the base model, which the other checks cannot tell.
+    """
+    with torch.no_grad(), peft_model.disable_adapter():
+        base_logits = fp32_logits(peft_model, input_ids)
+    largest_b = max((float(t.abs().max()) for name, t in lora_tensors.items() if "lora_B" in name), default=0.0)
+    effect = compare(f"adapter effect, base vs base+adapter (max |lora_B| {largest_b:.3e})", adapter_logits,
+                     base_logits, tolerance=None)
+    if effect.max_abs_diff == 0.0:
+        logger.warning("the LoRA adapter does not change the model's logits (max |lora_B| = %.3e): the run "
+                       "learned nothing", largest_b)
+    return effect
 
 
 def _lora_base_model(

@@ -1,0 +1,119 @@
+"""The from-scratch recipe (train/recipes/from-scratch.sh): its verl commands compose against verl's own config,
+and its CPU-runnable stages run for real on a tiny model (SFT through verl's own trainer, on CPU)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from verl_ext.launch.preflight import check_ppo, compose
+
+REPO = Path(__file__).resolve().parents[1]
+RECIPE = REPO / "train" / "recipes" / "from-scratch.sh"
+CPU_SFT = REPO / "tests" / "verl_cpu_sft.py"
+
+
+def recipe(*args: str, check: bool = True, **env: str) -> subprocess.CompletedProcess:
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("RUN_PROFILE", "GAME_TYPES"))}
+    environ.update(PYTHON=sys.executable, **env)
+    return subprocess.run(["bash", str(RECIPE), *args], capture_output=True, text=True, env=environ, cwd=REPO,
+                          check=check)
+
+
+def stage_commands(dry_run_output: str) -> dict[str, list[list[str]]]:
+    """``--dry-run`` output -> {stage: [argv, ...]}."""
+    stages: dict[str, list[list[str]]] = {}
+    current = None
+    for line in dry_run_output.splitlines():
+        if line.startswith("# stage "):
+            current = line.split()[-1]
+            stages[current] = []
+        elif line.strip() and current:
+            stages[current].append(shlex.split(line))
+    return stages
+
+
+def after_module(argv: list[str], module: str) -> list[str]:
+    """The Hydra overrides of a ``... -m <module> overrides...`` command."""
+    assert module in argv, f"{module} not in {argv}"
+    return argv[argv.index(module) + 1:]
+
+
+def test_dry_run_lists_every_stage_and_the_verl_commands_compose(tmp_path):
+    out = recipe("--dry-run", RUN_DIR=str(tmp_path)).stdout
+    stages = stage_commands(out)
+    assert list(stages) == ["model", "export", "sft", "hf", "grpo", "merge", "eval", "plot"]
+
+    sft = compose("sft_trainer_engine", after_module(stages["sft"][0], "verl.trainer.sft_trainer"))
+    assert sft.model.path == str(tmp_path / "model") and sft.model.lora_rank == 0
+    assert sft.optim.lr == pytest.approx(1e-3) and sft.optim.lr_scheduler_type == "cosine"
+    assert sft.engine.model_dtype == "fp32"  # fp32 master weights: pure bf16 at lr 1e-3 diverged (learning issue)
+    assert sft.trainer.save_freq == "after_each_epoch" and sft.trainer.default_local_dir == str(tmp_path / "sft")
+
+    grpo = compose("ppo_trainer", after_module(stages["grpo"][0], "verl.trainer.main_ppo"))
+    assert check_ppo(grpo, check_imports=False) == []
+    assert grpo.actor_rollout_ref.model.path == str(tmp_path / "sft_hf")
+    assert grpo.data.env.openspiel.reward_mode == "engine" and grpo.trainer.total_training_steps == 100
+    assert list(grpo.data.env.openspiel.game_types) == ["tic_tac_toe", "connect_four"]
+    assert grpo.actor_rollout_ref.model.lora_rank == 0 and grpo.trainer.resume_mode == "auto"
+    assert grpo.trainer.test_freq == 10 and grpo.trainer.val_before_train is True
+
+    lora = stage_commands(recipe("--dry-run", "grpo", "merge", RUN_DIR=str(tmp_path), GRPO_LORA="1").stdout)
+    lora_cfg = compose("ppo_trainer", after_module(lora["grpo"][0], "verl.trainer.main_ppo"))
+    assert lora_cfg.actor_rollout_ref.model.lora_rank == 32
+    assert "--merge-lora" in lora["merge"][0] and "--verify" in lora["merge"][0]
+
+    evaluation = stages["eval"][0]
+    assert evaluation[evaluation.index("--games-per-case") + 1] == "100"
+    models = evaluation[evaluation.index("--models") + 1:evaluation.index("--games-per-case")]
+    assert [m.split("=")[0] for m in models] == ["blank", "sft", "grpo", "random"]
+
+
+def test_unknown_stage_and_missing_input_are_named(tmp_path):
+    result = recipe("sftt", RUN_DIR=str(tmp_path), check=False)
+    assert result.returncode == 2 and "unknown stage 'sftt'" in result.stderr
+    result = recipe("hf", RUN_DIR=str(tmp_path), check=False)
+    assert result.returncode == 2 and "run the 'sft' stage first" in result.stderr
+    assert not (tmp_path / "hf.done").exists()
+
+
+@pytest.mark.slow
+def test_cpu_stages_run_for_real(tmp_path):
+    """model -> export -> SFT (verl's trainer on CPU) -> hf (merge-ppo --verify) -> plot, then status and skip."""
+    env = dict(RUN_DIR=str(tmp_path), MODEL_SHAPE="tiny", SFT_TASKS_PER_CASE="24", VAL_TASKS_PER_CASE="8",
+               EXPORT_JOBS="2", SFT_EPOCHS="2", SFT_BATCH_SIZE="16")
+    recipe("model", "export", **env)
+    assert (tmp_path / "model" / "config.json").is_file() and (tmp_path / "data" / "sft_train.parquet").is_file()
+
+    # the exact overrides of the sft stage, through verl's trainer on CPU (sft.sh's launcher needs NCCL)
+    sft_argv = stage_commands(recipe("--dry-run", "sft", **env).stdout)["sft"][0]
+    metrics = tmp_path / "logs" / "sft-cpu.metrics.jsonl"
+    subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "1",
+                    str(CPU_SFT), *after_module(sft_argv, "verl.trainer.sft_trainer"), "data.num_workers=0"],
+                   check=True, capture_output=True, text=True, cwd=tmp_path,
+                   env={**os.environ, "VERL_FILE_LOGGER_PATH": str(metrics), "WANDB_MODE": "offline"})
+    assert (tmp_path / "sft" / "latest_checkpointed_iteration.txt").read_text().strip() == "6"  # 48 rows / 16 x 2
+
+    done = recipe("hf", "plot", **env)
+    assert "max abs logit diff" in done.stdout and "OK" in done.stdout
+    from transformers import AutoModelForCausalLM
+
+    assert AutoModelForCausalLM.from_pretrained(tmp_path / "sft_hf") is not None
+    curves = json.loads((tmp_path / "plots" / "sft_curves.json").read_text())
+    train_loss = [value for _, value in curves["panels"]["loss"]["lines"]["train"]]
+    assert len(train_loss) == 6 and train_loss[-1] < train_loss[0]
+    assert (tmp_path / "plots" / "sft_curves.png").stat().st_size > 10_000
+
+    timings = [json.loads(line) for line in (tmp_path / "timings.jsonl").read_text().splitlines()]
+    assert [t["stage"] for t in timings] == ["model", "export", "hf", "plot"]
+    assert all(t["exit_code"] == 0 and t["seconds"] >= 0 for t in timings)
+    status = recipe("status", **env).stdout
+    assert "hf: done" in status and "grpo: to do" in status
+    again = recipe("model", **env).stdout
+    assert "stage model already done" in again

@@ -1,0 +1,198 @@
+#!/usr/bin/env bash
+# From a blank model to one that plays, on one GPU, stage by stage:
+#   blank model -> export -> SFT -> HF model -> GRPO -> merge -> eval -> plots
+#
+#   bash train/recipes/from-scratch.sh [--dry-run] [STAGE ...]       # default: all
+#   stages: model export sft hf grpo merge eval plot  (all = in this order), status
+#
+# Every stage reads what the previous ones wrote under $RUN_DIR, records its wall time in timings.jsonl and a
+# <stage>.done marker when it finishes; a done stage is skipped (FORCE=1 redoes it). A stage cut off mid-way
+# (a time limit, a lost node) is simply run again: SFT and GRPO resume from their last checkpoint.
+# --dry-run prints what each stage would run (the verl commands via the train scripts' own --dry-run).
+# Knobs (environment, defaults below; docs/learning.md): RUN_DIR GAME_TYPES MODEL_SHAPE SFT_TASKS_PER_CASE
+# VAL_TASKS_PER_CASE EXPORT_JOBS SFT_EPOCHS SFT_LR SFT_BATCH_SIZE GRPO_STEPS GRPO_LORA GRPO_LR GRPO_REWARD_MODE
+# GRPO_SAVE_FREQ GRPO_TEST_FREQ EVAL_GAMES EVAL_OPPONENTS EVAL_BACKEND EVAL_GENERATION_LENGTH; any train-script knob
+# (TRAIN_BATCH_SIZE, ROLLOUT_N, GPU_MEMORY_UTILIZATION, ...) passes through to the GRPO stage.
+# shellcheck source-path=SCRIPTDIR
+set -euo pipefail
+# shellcheck source=../scripts/lib/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib/common.sh"
+split_flags "$@"
+load_dotenv
+SCRIPTS="$REPO_ROOT/train/scripts"
+
+: "${RUN_DIR:=$REPO_ROOT/outputs/from-scratch}" "${GAME_TYPES:=tic_tac_toe,connect_four}" "${MODEL_SHAPE:=small}"
+: "${RECIPE_SEED:=0}" "${FORCE:=0}"
+# data: MCTS reference moves for SFT (train positions), the held-out positions for SFT validation and eval
+: "${SFT_TASKS_PER_CASE:=10000}" "${VAL_TASKS_PER_CASE:=200}" "${EXPORT_JOBS:=$(nproc 2>/dev/null || echo 1)}"
+# SFT: full fine-tune of the blank model; fp32 master weights (verl's default), cosine decay after a warm-up
+: "${SFT_EPOCHS:=5}" "${SFT_LR:=1e-3}" "${SFT_BATCH_SIZE:=64}" "${SFT_WARMUP_RATIO:=0.05}" "${SFT_MAX_LENGTH:=512}"
+# GRPO from the SFT model: engine reward (MCTS value of the move vs the best move) keeps a signal once moves
+# are legal; full fine-tune by default (GRPO_LORA=1: LoRA rank LORA_RANK)
+: "${GRPO_STEPS:=100}" "${GRPO_LORA:=0}" "${GRPO_REWARD_MODE:=engine}" "${GRPO_SAVE_FREQ:=10}" "${GRPO_TEST_FREQ:=10}"
+if [[ "$GRPO_LORA" == "1" ]]; then : "${GRPO_LR:=2e-4}"; else : "${GRPO_LR:=2e-5}"; fi
+# eval: blank vs SFT vs SFT+GRPO vs a random legal mover, held-out positions and full games
+: "${EVAL_GAMES:=100}" "${EVAL_OPPONENTS:=random,mcts:50}" "${EVAL_BACKEND:=auto}" "${EVAL_GENERATION_LENGTH:=32}"
+
+BLANK="$RUN_DIR/model"
+DATA="$RUN_DIR/data"
+SFT_DIR="$RUN_DIR/sft"
+SFT_HF="$RUN_DIR/sft_hf"
+GRPO_DIR="$RUN_DIR/grpo"
+GRPO_HF="$RUN_DIR/grpo_hf"
+LOGS="$RUN_DIR/logs"
+STAGES=(model export sft hf grpo merge eval plot)
+ENV_SETS=(--set "openspiel.game_types=[$GAME_TYPES]" --set "openspiel.seed=$RECIPE_SEED")
+
+# Run (or, with --dry-run, print) one command.
+run() {
+  if [[ "$DRY_RUN" == "1" ]]; then
+    printf '%q ' "$@"
+    printf '\n'
+  else
+    "$@"
+  fi
+}
+
+need() {  # a stage's input must exist, else say which stage makes it
+  local path="$1" stage="$2"
+  if [[ "$DRY_RUN" != "1" && ! -e "$path" ]]; then
+    echo "from-scratch: $path is missing; run the '$stage' stage first" >&2
+    exit 2
+  fi
+}
+
+latest_checkpoint() {  # prints the experiment dir if it holds a finished checkpoint
+  [[ -f "$1/latest_checkpointed_iteration.txt" ]] && echo "$1"
+}
+
+stage_model() {
+  run "$PYTHON" -m verl_ext.tiny_model --shape "$MODEL_SHAPE" --out "$BLANK" --game-types "$GAME_TYPES" \
+    --seed "$RECIPE_SEED"
+}
+
+stage_export() {
+  local common=("${ENV_SETS[@]}" --set "openspiel.num_tasks_per_case=$SFT_TASKS_PER_CASE"
+                --set "val_tasks_per_case=$VAL_TASKS_PER_CASE" --format sft --jobs "$EXPORT_JOBS" --no-progress)
+  run "$PYTHON" -m verl_ext.cli export "${common[@]}" --split train --out "$DATA/sft_train.parquet"
+  run "$PYTHON" -m verl_ext.cli export "${common[@]}" --split val --out "$DATA/sft_val.parquet"
+}
+
+stage_sft() {
+  need "$BLANK/config.json" model
+  need "$DATA/sft_train.parquet" export
+  local flag=()
+  [[ "$DRY_RUN" == "1" ]] && flag=(--dry-run)
+  MODEL_PATH="$BLANK" SFT_TRAIN_FILE="$DATA/sft_train.parquet" SFT_VAL_FILE="$DATA/sft_val.parquet" \
+    ENABLE_LORA=0 LR="$SFT_LR" LR_SCHEDULER=cosine LR_WARMUP_RATIO="$SFT_WARMUP_RATIO" SFT_EPOCHS="$SFT_EPOCHS" \
+    SFT_BATCH_SIZE="$SFT_BATCH_SIZE" SFT_MAX_LENGTH="$SFT_MAX_LENGTH" SFT_SAVE_FREQ=after_each_epoch \
+    SFT_TEST_FREQ=after_each_epoch SFT_SEED="$RECIPE_SEED" EXPERIMENT_NAME=sft CHECKPOINT_DIR="$SFT_DIR" \
+    LOG_DIR="$LOGS" LOGGERS="${LOGGERS:-[console,file]}" \
+    bash "$SCRIPTS/sft.sh" ${flag[@]+"${flag[@]}"}
+}
+
+stage_hf() {
+  need "$SFT_DIR/latest_checkpointed_iteration.txt" sft
+  run "$PYTHON" -m verl_ext.merge.cli "$SFT_DIR" -o "$SFT_HF" --verify --force --no-progress
+}
+
+stage_grpo() {
+  need "$SFT_HF/config.json" hf
+  local flag=()
+  [[ "$DRY_RUN" == "1" ]] && flag=(--dry-run)
+  MODEL_PATH="$SFT_HF" GAME_TYPES="$GAME_TYPES" REWARD_MODE="$GRPO_REWARD_MODE" ENABLE_LORA="$GRPO_LORA" \
+    LR="$GRPO_LR" RUN_PROFILE="${RUN_PROFILE:-full}" TOTAL_TRAINING_STEPS="$GRPO_STEPS" \
+    SAVE_FREQ="$GRPO_SAVE_FREQ" TEST_FREQ="$GRPO_TEST_FREQ" VAL_BEFORE_TRAIN="${VAL_BEFORE_TRAIN:-True}" \
+    VAL_TASKS_PER_CASE="$VAL_TASKS_PER_CASE" MAX_PROMPT_LENGTH="${MAX_PROMPT_LENGTH:-256}" \
+    MAX_RESPONSE_LENGTH="${MAX_RESPONSE_LENGTH:-32}" GPU_MEMORY_UTILIZATION="${GPU_MEMORY_UTILIZATION:-0.3}" \
+    NUM_TASKS_PER_CASE="${NUM_TASKS_PER_CASE:-$SFT_TASKS_PER_CASE}" EXPERIMENT_NAME=grpo CHECKPOINT_DIR="$GRPO_DIR" \
+    LOG_DIR="$LOGS" LOGGERS="${LOGGERS:-[console,file]}" \
+    bash "$SCRIPTS/openspiel-ppo.sh" ${flag[@]+"${flag[@]}"} "+data.env.openspiel.seed=$RECIPE_SEED"
+}
+
+stage_merge() {
+  need "$GRPO_DIR/latest_checkpointed_iteration.txt" grpo
+  local lora=()
+  [[ "$GRPO_LORA" == "1" ]] && lora=(--merge-lora)
+  run "$PYTHON" -m verl_ext.merge.cli "$GRPO_DIR" -o "$GRPO_HF" ${lora[@]+"${lora[@]}"} --verify --force --no-progress
+}
+
+stage_eval() {
+  need "$GRPO_HF/config.json" merge
+  run "$PYTHON" -m verl_ext.cli eval "${ENV_SETS[@]}" --set "val_tasks_per_case=$VAL_TASKS_PER_CASE" \
+    --set "openspiel.reward_mode=$GRPO_REWARD_MODE" \
+    --models blank="$BLANK" sft="$SFT_HF" grpo="$GRPO_HF" random=scripted:random \
+    --games-per-case "$EVAL_GAMES" --opponents "$EVAL_OPPONENTS" --max-new-tokens "$EVAL_GENERATION_LENGTH" \
+    --backend "$EVAL_BACKEND" --seed "$RECIPE_SEED" --no-progress --out "$RUN_DIR/eval"
+}
+
+stage_plot() {
+  local sft_logs=() grpo_logs=()
+  if [[ "$DRY_RUN" == "1" ]]; then
+    sft_logs=("$LOGS/sft-*.metrics.jsonl"); grpo_logs=("$LOGS/grpo-*.metrics.jsonl")
+  else
+    mapfile -t sft_logs < <(compgen -G "$LOGS/sft-*.metrics.jsonl" | sort)
+    mapfile -t grpo_logs < <(compgen -G "$LOGS/grpo-*.metrics.jsonl" | sort)
+    if (( ${#sft_logs[@]} + ${#grpo_logs[@]} == 0 )); then
+      echo "from-scratch: no metrics in $LOGS yet; run the 'sft' and 'grpo' stages first" >&2
+      exit 2
+    fi
+  fi
+  if (( ${#sft_logs[@]} )); then
+    run "$PYTHON" -m verl_ext.cli plot "${sft_logs[@]}" --out "$RUN_DIR/plots" --name sft --title "SFT of the blank $MODEL_SHAPE model"
+  fi
+  if (( ${#grpo_logs[@]} )); then
+    run "$PYTHON" -m verl_ext.cli plot "${grpo_logs[@]}" --out "$RUN_DIR/plots" --name grpo --smooth 5 \
+      --title "GRPO from the SFT model (reward_mode=$GRPO_REWARD_MODE)"
+  fi
+}
+
+stage_status() {
+  local stage
+  for stage in "${STAGES[@]}"; do
+    if [[ -f "$RUN_DIR/$stage.done" ]]; then echo "$stage: done ($(cat "$RUN_DIR/$stage.done"))"; else echo "$stage: to do"; fi
+  done
+}
+
+# One stage: skip if done, else run it and record its wall time.
+do_stage() {
+  local stage="$1" started ended status=0
+  if [[ "$DRY_RUN" == "1" ]]; then
+    echo "# stage $stage"
+    "stage_$stage"
+    return 0
+  fi
+  if [[ -f "$RUN_DIR/$stage.done" && "$FORCE" != "1" ]]; then
+    echo "from-scratch: stage $stage already done ($(cat "$RUN_DIR/$stage.done")); FORCE=1 redoes it"
+    return 0
+  fi
+  mkdir -p "$RUN_DIR" "$LOGS" "$DATA"
+  echo "from-scratch: stage $stage"
+  started=$(date +%s.%N)
+  # a subshell with errexit: a stage stops at its first failing command (errexit is off inside `f || ...`)
+  set +e
+  ( set -e; "stage_$stage" )
+  status=$?
+  set -e
+  ended=$(date +%s.%N)
+  local seconds
+  seconds=$(awk -v a="$started" -v b="$ended" 'BEGIN { printf "%.1f", b - a }')
+  printf '{"stage": "%s", "seconds": %s, "exit_code": %d, "ended": "%s"}\n' "$stage" "$seconds" "$status" \
+    "$(date -u +%Y-%m-%dT%H:%M:%SZ)" >> "$RUN_DIR/timings.jsonl"
+  if (( status != 0 )); then
+    echo "from-scratch: stage $stage failed (exit $status) after ${seconds} s; fix and rerun it" >&2
+    exit "$status"
+  fi
+  echo "${seconds} s" > "$RUN_DIR/$stage.done"
+  echo "from-scratch: stage $stage done in ${seconds} s"
+}
+
+requested=(${OVERRIDES[@]+"${OVERRIDES[@]}"})
+if (( ${#requested[@]} == 0 )) || [[ "${requested[*]}" == "all" ]]; then requested=("${STAGES[@]}"); fi
+for stage in "${requested[@]}"; do
+  case "$stage" in
+    status) stage_status ;;
+    model|export|sft|hf|grpo|merge|eval|plot) do_stage "$stage" ;;
+    *) echo "from-scratch: unknown stage '$stage' (stages: ${STAGES[*]}, all, status)" >&2; exit 2 ;;
+  esac
+done
