@@ -104,9 +104,10 @@ def test_extra_arguments_pass_through_as_overrides():
 
 
 def test_sft_command_composes():
-    argv = dry_run("sft.sh", MODEL_PATH="/models/qwen")
-    assert argv[0] == "torchrun" and "verl.trainer.sft_trainer" in argv
-    cfg = compose("sft_trainer_engine", overrides_of(argv))
+    argv = dry_run("sft.sh", MODEL_PATH="/models/qwen", PYTHON="/venv/bin/python")
+    assert argv[:3] == ["/venv/bin/python", "-m", "torch.distributed.run"]  # the interpreter the scripts use
+    assert argv[argv.index("verl.trainer.sft_trainer") - 1] == "-m"
+    cfg = compose("sft_trainer_engine", argv[argv.index("verl.trainer.sft_trainer") + 1:])
     assert cfg.model.lora_rank == 32 and cfg.data.messages_key == "messages" and cfg.engine.strategy == "fsdp2"
 
 

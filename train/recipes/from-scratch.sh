@@ -30,7 +30,7 @@ SCRIPTS="$REPO_ROOT/train/scripts"
 # GRPO from the SFT model: engine reward (MCTS value of the move vs the best move) keeps a signal once moves
 # are legal; full fine-tune by default (GRPO_LORA=1: LoRA rank LORA_RANK)
 : "${GRPO_STEPS:=100}" "${GRPO_LORA:=0}" "${GRPO_REWARD_MODE:=engine}" "${GRPO_SAVE_FREQ:=10}" "${GRPO_TEST_FREQ:=10}"
-if [[ "$GRPO_LORA" == "1" ]]; then : "${GRPO_LR:=2e-4}"; else : "${GRPO_LR:=2e-5}"; fi
+if [[ "$GRPO_LORA" == "1" ]]; then : "${GRPO_LR:=2e-4}"; else : "${GRPO_LR:=5e-5}"; fi
 # eval: blank vs SFT vs SFT+GRPO vs a random legal mover, held-out positions and full games
 : "${EVAL_GAMES:=100}" "${EVAL_OPPONENTS:=random,mcts:50}" "${EVAL_BACKEND:=auto}" "${EVAL_GENERATION_LENGTH:=32}"
 
