@@ -59,7 +59,7 @@ def test_dry_run_lists_every_stage_and_the_verl_commands_compose(tmp_path):
     grpo = compose("ppo_trainer", after_module(stages["grpo"][0], "verl.trainer.main_ppo"))
     assert check_ppo(grpo, check_imports=False) == []
     assert grpo.actor_rollout_ref.model.path == str(tmp_path / "sft_hf")
-    assert grpo.data.env.openspiel.reward_mode == "engine" and grpo.trainer.total_training_steps == 100
+    assert grpo.data.env.openspiel.reward_mode == "engine" and grpo.trainer.total_training_steps == 80
     assert list(grpo.data.env.openspiel.game_types) == ["tic_tac_toe", "connect_four"]
     assert grpo.actor_rollout_ref.model.lora_rank == 0 and grpo.trainer.resume_mode == "auto"
     assert grpo.trainer.test_freq == 10 and grpo.trainer.val_before_train is True

@@ -26,10 +26,10 @@ SCRIPTS="$REPO_ROOT/train/scripts"
 # data: MCTS reference moves for SFT (train positions), the held-out positions for SFT validation and eval
 : "${SFT_TASKS_PER_CASE:=10000}" "${VAL_TASKS_PER_CASE:=200}" "${EXPORT_JOBS:=$(nproc 2>/dev/null || echo 1)}"
 # SFT: full fine-tune of the blank model; fp32 master weights (verl's default), cosine decay after a warm-up
-: "${SFT_EPOCHS:=5}" "${SFT_LR:=1e-3}" "${SFT_BATCH_SIZE:=64}" "${SFT_WARMUP_RATIO:=0.05}" "${SFT_MAX_LENGTH:=512}"
+: "${SFT_EPOCHS:=5}" "${SFT_LR:=1e-3}" "${SFT_BATCH_SIZE:=128}" "${SFT_WARMUP_RATIO:=0.05}" "${SFT_MAX_LENGTH:=512}"
 # GRPO from the SFT model: engine reward (MCTS value of the move vs the best move) keeps a signal once moves
 # are legal; full fine-tune by default (GRPO_LORA=1: LoRA rank LORA_RANK)
-: "${GRPO_STEPS:=100}" "${GRPO_LORA:=0}" "${GRPO_REWARD_MODE:=engine}" "${GRPO_SAVE_FREQ:=10}" "${GRPO_TEST_FREQ:=10}"
+: "${GRPO_STEPS:=80}" "${GRPO_LORA:=0}" "${GRPO_REWARD_MODE:=engine}" "${GRPO_SAVE_FREQ:=10}" "${GRPO_TEST_FREQ:=10}"
 if [[ "$GRPO_LORA" == "1" ]]; then : "${GRPO_LR:=2e-4}"; else : "${GRPO_LR:=5e-5}"; fi
 # eval: blank vs SFT vs SFT+GRPO vs a random legal mover, held-out positions and full games
 : "${EVAL_GAMES:=100}" "${EVAL_OPPONENTS:=random,mcts:50}" "${EVAL_BACKEND:=auto}" "${EVAL_GENERATION_LENGTH:=32}"
