@@ -21,7 +21,8 @@ GRPO_SCRIPTS = ["openspiel-ppo.sh", "logic-grpo.sh"]
 
 def dry_run(script: str, *overrides: str, **env: str) -> list[str]:
     """The command a script would run, as argv."""
-    environ = {k: v for k, v in os.environ.items() if not k.startswith(("RUN_PROFILE", "GAME_TYPES"))}
+    environ = {k: v for k, v in os.environ.items()
+               if not k.startswith(("RUN_PROFILE", "GAME_TYPES", "TASK_MODE", "GAME_OPPONENT", "MAX_REPLY_LENGTH"))}
     environ.update(env)
     out = subprocess.run(["bash", str(REPO / "train" / "scripts" / script), "--dry-run", *overrides],
                          check=True, capture_output=True, text=True, env=environ, cwd=REPO).stdout
