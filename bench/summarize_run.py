@@ -10,7 +10,9 @@ our own time come from that log: a run's training samples, in time order, are cu
 ``--samples-per-step`` (default: samples // logged steps; GRPO scores exactly TRAIN_BATCH_SIZE x ROLLOUT_N
 per step) and matched to the run's logged steps in order.
 
-Per step this keeps the reward mean, legal/format rates, verl's timings (generation, old/ref log-probs,
+Per step this keeps the reward mean, legal/format rates, for full-game samples (TASK_MODE=game, docs/games.md)
+the win/draw/loss/forfeit/truncated rates and mean model turns/tokens/game length over the step's games, verl's
+timings (generation, old/ref log-probs,
 update, weight sync), generated tokens/s and GPU memory, and our share of the step:
 (sum of reward_ms + dataset_ms over the step's samples) / step time. That is an upper bound: verl's reward
 workers score while other samples are still generating, and the dataloader builds samples ahead.
@@ -29,6 +31,9 @@ KEEP_PREFIXES = ("timing_s/", "perf/", "critic/score/mean", "response_length/mea
                  "prompt_length/mean", "actor/pg_loss", "actor/kl_loss", "actor/entropy", "actor/lr",
                  "actor/perf/max_memory_allocated_gb", "actor/perf/max_memory_reserved_gb")
 RATES = {"valid": "legal_rate", "format_ok": "format_rate", "failed": "reward_failures"}
+# per-game metrics (verl_ext.games.scoring), averaged over the step's full-game samples only
+GAME_MEANS = ("win", "draw", "loss", "forfeit", "truncated", "model_turns", "model_tokens", "game_moves",
+              "rejected_replies")
 
 
 _CONSOLE_STEP = re.compile(r"\bstep:(\d+) - (.*)$")
@@ -95,6 +100,13 @@ def read_samples(path: Path | None, steps: list[int], per_step: int | None) -> d
                                  "reward_mean": statistics.fmean(float(s["score"]) for s in chunk)}
         for key, label in RATES.items():
             row[label] = statistics.fmean(float(s.get(key, 0.0)) for s in chunk)
+        games = [s for s in chunk if float(s.get("game", 0.0)) == 1.0]
+        if games:
+            row["games"] = float(len(games))
+            row["game_reward_mean"] = statistics.fmean(float(s["score"]) for s in games)
+            for key in GAME_MEANS:
+                label = key if key.startswith("game_") else f"game_{key}"
+                row[label] = statistics.fmean(float(s.get(key, 0.0)) for s in games)
         for key in ("reward_ms", "dataset_ms"):
             values = sorted(float(s.get(key, 0.0)) for s in chunk)
             row[f"{key}_sum"] = sum(values)
