@@ -18,11 +18,9 @@ from dataclasses import dataclass, field
 import hydra
 import numpy as np
 import pytest
-import torch
 from omegaconf import OmegaConf
 from open_spiel.python.algorithms import minimax
 from torch.utils.data import DataLoader
-
 from verl import DataProto
 from verl.experimental.agent_loop.agent_loop import (
     AgentLoopWorker,
@@ -34,7 +32,6 @@ from verl.experimental.reward_loop.reward_loop import RewardLoopWorker
 from verl.utils.dataset.rl_dataset import collate_fn
 from verl.workers.rollout.replica import TokenOutput
 
-from test_verl_contract import compose_verl_config
 from verl_ext.dataset import DynamicEnvDataset
 from verl_ext.envs.openspiel_env import OpenSpielAdapter, load_game
 from verl_ext.games import AGENT_LOOP_CONFIG, GAME_AGENT_NAME, RECORD_FIELD
@@ -43,6 +40,8 @@ from verl_ext.games.match import GameRecord, Match, MatchRules
 from verl_ext.mixture import EnvMixture
 from verl_ext.reward import METRIC_KEYS
 from verl_ext.tiny_model import build_tokenizer
+
+from test_verl_contract import compose_verl_config
 
 PROMPT_LEN, RESPONSE_LEN = 512, 1536
 ANSWER = re.compile(r"<answer>(.*?)</answer>")
@@ -236,7 +235,7 @@ def test_transcript_mask_and_replies_of_a_whole_game(game_tokenizer, episodes, i
     setup = game_setup(row["extra_info"])
     replay = Match(setup.adapter.start_episode(setup.case, setup.seed, setup.seat), setup.settings.opponent_spec,
                    MatchRules.from_settings(setup.settings))
-    while (turn := replay.next_request()) is not None:
+    while replay.next_request() is not None:
         replay.submit(next(replies))
     assert replay.record.to_dict() == {**record.to_dict(), "model_tokens": 0}
     transcript = game_tokenizer.apply_chat_template(list(replay.conversation(setup.seat)), tokenize=False)
@@ -255,7 +254,6 @@ def _expected_reward(episode, seat: int) -> float:
 def test_reward_is_the_games_outcome_through_verls_reward_loop(game_tokenizer, episodes):
     """Scripted wins, losses and draws: the sample's reward is the seat's normalised return read from
     OpenSpiel's terminal state, computed by verl's reward loop calling our compute_score."""
-    config = game_config(game_tokenizer.name_or_path)
     seen = set()
     for index, policy, opponent in [(0, best_move, "random"), (2, best_move, "random"), (1, best_move, "random"),
                                     (0, first_move, "mcts:100"), (1, first_move, "mcts:100"),

@@ -7,8 +7,8 @@ import threading
 
 import pytest
 
-from verl_ext.envs.registry import cached_env
 from verl_ext.envs.conformance import _alternative, hostile_responses
+from verl_ext.envs.registry import cached_env
 from verl_ext.mixture import EnvMixture
 from verl_ext.reward import METRIC_KEYS, compute_score
 
