@@ -273,6 +273,30 @@ def test_reward_is_the_games_outcome_through_verls_reward_loop(game_tokenizer, e
     assert seen == {"win", "draw", "loss"}
 
 
+def test_v1_trainer_fields_of_a_scored_game(game_tokenizer, episodes):
+    """What verl's v1 worker (AgentLoopWorkerTQ) stores per sample: ``AgentLoopOutput.as_dict()`` plus the row,
+    stacked by ``list_of_dict_to_tensordict``; the reward sits on the last response token."""
+    from verl.utils.tensordict_utils import list_of_dict_to_tensordict
+
+    config = game_config(game_tokenizer.name_or_path)
+    fields = []
+    for index in (0, 1):
+        row = game_row(config, "tic_tac_toe", index)
+        output, record, _ = play(config, game_tokenizer, row, best_move, episodes)
+        scored = score_with_verl(config, output, row)
+        output.reward_score = scored["reward_score"]
+        output.extra_fields["reward_extra_info"] = scored["reward_extra_info"]
+        field = output.as_dict()
+        field.update({k: v for k, v in row.items() if k != "agent_name"})
+        field["loss_mask"] = field["response_mask"]
+        assert field["rm_scores"][-1] == scored["reward_score"] and field["rm_scores"][:-1].abs().sum() == 0
+        assert field["extra_fields"]["min_global_steps"] == 7  # the v1 trainer's staleness tags read these
+        fields.append(field)
+    stacked = list_of_dict_to_tensordict(fields)
+    assert stacked.batch_size == (2,) and stacked["responses"].is_nested
+    assert [e["reward_extra_info"]["game"] for e in stacked["extra_fields"]] == [1.0, 1.0]
+
+
 def score_with_verl(config, output, row) -> dict:
     """verl's per-sample reward path: AgentLoopWorker._compute_score hands the output (its extra fields
     included) to a RewardLoopWorker, whose naive manager calls our compute_score."""
@@ -365,6 +389,14 @@ def test_budget_truncation_is_marked_and_scored_as_configured(game_tokenizer, ep
     output, record, _ = play(capped, game_tokenizer, game_row(capped, "connect_four", 0), first_move, episodes)
     assert record.truncated == "move_cap" and record.moves == 5
     assert score_with_verl(capped, output, game_row(capped, "connect_four", 0))["reward_score"] == 0.0
+    # capped before the trained seat (seat 1) ever moved: still a well-formed sample with nothing to train on
+    early = game_config(game_tokenizer.name_or_path, max_moves=1)
+    row = game_row(early, "connect_four", 1)
+    output, record, server = play(early, game_tokenizer, row, first_move, episodes)
+    assert record.truncated == "move_cap" and record.model_turns == 0 and server.calls == []
+    assert output.response_mask == [0] and game_tokenizer.decode(output.response_ids) == "<|im_end|>"
+    assert output.prompt_ids == game_tokenizer.apply_chat_template(row["raw_prompt"], add_generation_prompt=True,
+                                                                   tokenize=True)["input_ids"]
 
 
 def test_long_replies_are_cut_at_the_turn_cap_and_the_turn_is_closed(game_tokenizer, episodes):
