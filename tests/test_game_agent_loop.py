@@ -2,9 +2,10 @@
 
 The loop class is built the way verl's AgentLoopWorker builds it (hydra.utils.instantiate of the entry in
 verl_ext/games/agent_loops.yaml, verl's composed config, a real HF tokenizer, the Qwen continuous-token
-builder verl picks for model_type qwen2). A scripted token server stands in for vLLM: it answers each
-generate() call with token ids from a policy that can see the live OpenSpiel state, honours max_tokens,
-and returns log-probs and the server's extra fields like verl's LLMServerClient.
+builder verl picks for model_type qwen2); rewards go through verl's AgentLoopWorker (in-process, no Ray) and
+RewardLoopWorker, and a mixed batch through AgentLoopWorker.generate_sequences itself. A scripted token
+server stands in for vLLM: it answers each generate() call with token ids from a policy that can see the live
+OpenSpiel state, honours max_tokens, and returns log-probs and the fields verl's LLMServerClient adds.
 """
 
 from __future__ import annotations
@@ -22,12 +23,7 @@ from omegaconf import OmegaConf
 from open_spiel.python.algorithms import minimax
 from torch.utils.data import DataLoader
 from verl import DataProto
-from verl.experimental.agent_loop.agent_loop import (
-    AgentLoopWorker,
-    DictConfigWrap,
-    ToolListWrap,
-    _agent_loop_registry,
-)
+from verl.experimental.agent_loop.agent_loop import AgentLoopWorker, DictConfigWrap, ToolListWrap
 from verl.experimental.reward_loop.reward_loop import RewardLoopWorker
 from verl.utils.dataset.rl_dataset import collate_fn
 from verl.workers.rollout.replica import TokenOutput
@@ -39,7 +35,7 @@ from verl_ext.games.agent_loop import GameAgentLoop, game_setup
 from verl_ext.games.match import GameRecord, Match, MatchRules
 from verl_ext.mixture import EnvMixture
 from verl_ext.reward import METRIC_KEYS
-from verl_ext.tiny_model import build_tokenizer
+from verl_ext.tiny_model import build_qwen2, build_tokenizer
 
 from test_verl_contract import compose_verl_config
 
@@ -49,13 +45,16 @@ ANSWER = re.compile(r"<answer>(.*?)</answer>")
 
 @pytest.fixture(scope="module")
 def game_tokenizer(tmp_path_factory):
-    """A tokenizer trained on the games played here (prompts compress as with the project's tiny models)."""
+    """A tokenizer trained on the games played here (prompts compress as with the project's tiny models), saved
+    with a tiny random Qwen2 config and weights: verl's AgentLoopWorker reads the model folder (model_type qwen2
+    selects verl's Qwen continuous-token builder); no weights are run."""
     from transformers import AutoTokenizer
 
     mixture = EnvMixture({"openspiel": {"game_types": ["tic_tac_toe", "connect_four", "leduc_poker"],
                                         "num_tasks_per_case": 24}})
     texts = [mixture.build(ref).messages[0]["content"] for ref in mixture.plan("train")]
-    path = build_tokenizer(tmp_path_factory.mktemp("game_tok"), texts + ["<answer>x(1,1)</answer> I play"], 1024)
+    path = build_tokenizer(tmp_path_factory.mktemp("game_model"), texts + ["<answer>x(1,1)</answer> I play"], 1024)
+    build_qwen2(path, "tiny", path)
     return AutoTokenizer.from_pretrained(path)
 
 
@@ -70,6 +69,7 @@ def game_config(tokenizer_path, response_length: int = RESPONSE_LEN, **game):
         "reward.custom_reward_function.path=pkg://verl_ext.reward",
         "reward.custom_reward_function.name=compute_score",
         f"actor_rollout_ref.model.path={tokenizer_path}",
+        "actor_rollout_ref.rollout.name=vllm",  # only read for its config schema: no server is started
         f"actor_rollout_ref.rollout.agent.agent_loop_config_path={AGENT_LOOP_CONFIG}",
         *overrides,
     ])
@@ -156,12 +156,11 @@ def game_row(config, case: str, index: int) -> dict:
     return row
 
 
-def make_loop(config, tokenizer, server, name: str = GAME_AGENT_NAME):
-    """The agent loop exactly as verl's AgentLoopWorker instantiates it for a row's agent_name."""
+def make_loop(config, tokenizer, server):
+    """The agent loop exactly as verl's AgentLoopWorker instantiates it for a row with our agent_name."""
     entries = {e.name: e for e in OmegaConf.load(config.actor_rollout_ref.rollout.agent.agent_loop_config_path)}
-    agent_config = entries[name] if name in entries else _agent_loop_registry[name]
     return hydra.utils.instantiate(
-        config=agent_config, trainer_config=DictConfigWrap(config=config), server_manager=server,
+        config=entries[GAME_AGENT_NAME], trainer_config=DictConfigWrap(config=config), server_manager=server,
         tokenizer=tokenizer, processor=None, hf_model_type="qwen2", dataset_cls=DynamicEnvDataset,
         data_config=DictConfigWrap(config.data), tools=ToolListWrap([]))
 
@@ -328,17 +327,10 @@ class _LocalHandle:
         self.compute_score = _LocalRemote(reward_worker.compute_score)
 
 
-def _worker(config, reward_worker) -> AgentLoopWorker:
-    """verl's AgentLoopWorker without Ray and a model: only what its postprocessing and reward steps read."""
-    worker = object.__new__(AgentLoopWorker)
-    worker.config = config
-    worker.rollout_config = config.actor_rollout_ref.rollout
-    worker.tokenizer = reward_worker.input_tokenizer
-    worker.processor = None
-    worker.mm_processor_kwargs = {}
-    worker.distillation_enabled = False
-    worker.reward_loop_worker_handles = [_LocalHandle(reward_worker)]
-    return worker
+def _worker(config, reward_worker, server=None) -> AgentLoopWorker:
+    """verl's AgentLoopWorker itself, in-process (no Ray): ``server`` as its LLM client, ``reward_worker`` behind
+    its reward-worker handle. Its constructor loads our agent-loop file from agent_loop_config_path."""
+    return AgentLoopWorker(config, server, None, [_LocalHandle(reward_worker)])
 
 
 @pytest.mark.parametrize("policy_name", ["illegal", "junk"])
@@ -483,9 +475,10 @@ def test_hostile_replies_never_raise_and_never_pay(game_tokenizer, episodes, nam
     assert scored["reward_extra_info"]["failed"] == 0.0 and scored["reward_extra_info"]["valid"] == 0.0
 
 
-def test_a_mixed_batch_goes_through_verls_collate_postprocess_and_reward(game_tokenizer, episodes):
-    """Single-move and full-game rows in one batch: verl's collate_fn and DataProto, each row's registered
-    agent loop (verl's SingleTurnAgentLoop or ours), AgentLoopWorker's postprocessing and reward steps."""
+def test_a_mixed_batch_goes_through_verls_agent_loop_worker(game_tokenizer, episodes):
+    """Single-move and full-game rows in one batch: verl's collate_fn and DataProto, then verl's own
+    AgentLoopWorker.generate_sequences: agent_name routing (ours registered from the YAML file, verl's
+    single_turn_agent), sampling params, per-sample reward through the reward worker, padding and batching."""
     config = game_config(game_tokenizer.name_or_path)
     OmegaConf.update(config, "data.env.openspiel.task_mode", "mixed", force_add=True)
     dataset = DynamicEnvDataset(["env://train"], game_tokenizer, config.data)
@@ -504,24 +497,13 @@ def test_a_mixed_batch_goes_through_verls_collate_postprocess_and_reward(game_to
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
     try:
-        worker = _worker(config, RewardLoopWorker(config))
         server = ScriptedServer(game_tokenizer, policy, episodes)
-        params = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "logprobs": True}
-
-        async def rollout():
-            outputs = []
-            for i in range(len(proto)):
-                kwargs = {k: v[i] for k, v in proto.non_tensor_batch.items()}
-                agent = make_loop(config, game_tokenizer, server, kwargs.pop("agent_name"))
-                output = await agent.run(dict(params), **kwargs)
-                outputs.append(await worker._agent_loop_postprocess(output, False, **kwargs))
-            return outputs
-
-        internal = loop.run_until_complete(rollout())
-        out = worker._postprocess(internal, input_non_tensor_batch=None, validate=False)
+        worker = _worker(config, RewardLoopWorker(config), server)
+        out = loop.run_until_complete(worker.generate_sequences(proto))
     finally:
         asyncio.set_event_loop(None)
         loop.close()
+    assert len(server.calls) > 12  # games take several calls each
     assert out.batch["responses"].shape == (12, RESPONSE_LEN) and out.batch["prompts"].shape == (12, PROMPT_LEN)
     assert out.meta_info["reward_extra_keys"] == list(METRIC_KEYS)
     rm = out.batch["rm_scores"]
