@@ -10,7 +10,9 @@ our own time come from that log: a run's training samples, in time order, are cu
 ``--samples-per-step`` (default: samples // logged steps; GRPO scores exactly TRAIN_BATCH_SIZE x ROLLOUT_N
 per step) and matched to the run's logged steps in order.
 
-Per step this keeps the reward mean, legal/format rates, verl's timings (generation, old/ref log-probs,
+Per step this keeps the reward mean, legal/format rates, for full-game samples (TASK_MODE=game, docs/games.md)
+the win/draw/loss/forfeit/truncated rates and mean model turns/tokens/game length over the step's games, verl's
+timings (generation, old/ref log-probs,
 update, weight sync), generated tokens/s and GPU memory, and our share of the step:
 (sum of reward_ms + dataset_ms over the step's samples) / step time. That is an upper bound: verl's reward
 workers score while other samples are still generating, and the dataloader builds samples ahead.

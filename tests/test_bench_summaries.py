@@ -49,6 +49,39 @@ def test_summary_reports_legal_rate_and_our_share_of_the_step(tmp_path, monkeypa
     assert summary["median_step_s_after_first"] == 10.0
 
 
+def test_summary_reports_game_rates_over_the_game_samples_of_a_step(tmp_path, monkeypatch):
+    from verl.utils.tracking import FileLogger
+
+    from verl_ext.games import RECORD_FIELD
+    from verl_ext.games.match import GameRecord
+
+    mixture = EnvMixture({"openspiel": {"game_types": ["tic_tac_toe"], "num_tasks_per_case": 4,
+                                        "task_mode": "mixed", "game_share": 0.5}})
+    rows = [mixture.row(ref, "train", i) for i, ref in enumerate(mixture.plan("train"))]
+    games = [r for r in rows if r["extra_info"].get("mode") == "game"]
+    moves = [r for r in rows if r["extra_info"].get("mode") != "game"]
+    assert games and moves
+    metrics = tmp_path / "run.metrics.jsonl"
+    monkeypatch.setenv("VERL_FILE_LOGGER_PATH", str(metrics))
+    monkeypatch.setenv("VERL_EXT_SAMPLE_LOG", str(tmp_path / "run.samples.jsonl"))
+    logger = FileLogger("verl-ext", "test")
+    won = GameRecord("tic_tac_toe", 0, 0, "random", result="win", normalised_return=1.0, model_turns=3,
+                     model_moves=3, format_ok=3, moves=5, model_tokens=30)
+    lost = GameRecord("tic_tac_toe", 1, 1, "random", result="loss", forfeit="illegal_move", model_turns=1,
+                      format_ok=1, moves=1, model_tokens=10, rejected=1)
+    samples = [(games[0], won), (games[0], lost), (moves[0], None)]
+    for row, record in samples:
+        info = {**row["extra_info"], **({RECORD_FIELD: record.to_dict()} if record else {})}
+        compute_score(row["data_source"], "<answer>x(0,0)</answer>", "", info)
+    logger.log({"timing_s/step": 10.0}, step=1)
+    logger.finish()
+    step = summarize_run.summarise(*summarize_run.read_run(metrics))["steps"][0]
+    assert step["verl_ext/samples"] == 3 and step["verl_ext/games"] == 2
+    assert step["verl_ext/game_win"] == step["verl_ext/game_loss"] == step["verl_ext/game_forfeit"] == 0.5
+    assert step["verl_ext/game_reward_mean"] == 0.5 and step["verl_ext/game_model_tokens"] == 20.0
+    assert step["verl_ext/game_moves"] == 3.0 and step["verl_ext/game_truncated"] == 0.0
+
+
 def test_sample_log_is_off_without_the_variable_and_survives_a_bad_path(tmp_path, monkeypatch):
     from verl_ext import sample_log
 

@@ -199,3 +199,33 @@ def test_wilson_interval_matches_published_values():
     assert proportion(0, 0)["rate"] is None
     with pytest.raises(ValueError):
         wilson_interval(3, 2)
+
+
+class _Recorder:
+    """First legal move; remembers the prompts it was given."""
+
+    name = "recorder"
+
+    def __init__(self) -> None:
+        self.prompts: list[tuple[dict, ...]] = []
+
+    def respond(self, requests: list[MoveRequest]) -> list[str]:
+        self.prompts += [r.messages for r in requests]
+        return [f"<answer>{r.legal_moves[0]}</answer>" for r in requests]
+
+    def close(self) -> None:
+        return None
+
+
+def test_game_context_gives_the_whole_conversation_and_the_same_games():
+    fresh, whole = _Recorder(), _Recorder()
+    results = [_arena(["tic_tac_toe"], games_per_case=2, context=context).play(policy, progress=False)
+               for context, policy in (("turn", fresh), ("game", whole))]
+    assert results[0] == results[1]  # the context changes what the policy sees, not the rules
+    assert {len(p) for p in fresh.prompts} == {1}
+    assert max(len(p) for p in whole.prompts) >= 5 and [m["role"] for m in whole.prompts[-1]][-3:] == [
+        "user", "assistant", "user"]
+    with pytest.raises(ConfigError, match="--game-context: unknown value 'full'"):
+        _arena(["tic_tac_toe"], context="full")
+    with pytest.raises(ConfigError, match="not 'self'"):
+        _arena(["tic_tac_toe"], opponents=(Opponent("self"),))

@@ -155,6 +155,22 @@ def test_yaml_config_with_env_and_eval_sections(tmp_path):
     assert json.loads((tmp_path / "o2" / "results.json").read_text())["settings"]["games_per_case"] == 1
 
 
+def test_a_full_game_training_config_evaluates_single_moves_and_games(tmp_path):
+    """The env section of a TASK_MODE=game run: held-out tasks are still single moves; games follow the flags."""
+    config = tmp_path / "eval.yaml"
+    config.write_text(
+        "env:\n  openspiel: {game_types: [tic_tac_toe], task_mode: game, game: {opponent: self}}\n"
+        "  val_tasks_per_case: 3\n"
+        "eval:\n  games_per_case: 2\n  opponents: [random]\n  models: {rnd: 'scripted:random'}\n"
+        "  no_progress: true\n  game_context: game\n")
+    assert eval_main(["--config", str(config), "--out", str(tmp_path / "out")]) == 0
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert results["settings"]["game_context"] == "game" and "task_mode" not in results["env"]["openspiel"]
+    single = results["models"]["rnd"]["single_move"]["cases"]["tic_tac_toe"]
+    assert single["n"] == 3 and single["legal"]["rate"] == 1.0
+    assert results["models"]["rnd"]["arena"]["matches"][0]["games"] == 2
+
+
 @pytest.mark.parametrize("argv,needle", [
     (["--models", "m=/no/such/model"], "--models m: no such model folder '/no/such/model'"),
     (["--models", "m=scripted:genius"], "unknown scripted policy 'genius'"),
@@ -167,6 +183,7 @@ def test_yaml_config_with_env_and_eval_sections(tmp_path):
     (["--models", "a=scripted:first", "--max-new-tokens", "0"], "--max-new-tokens: must be > 0"),
     (["--models", "a=scripted:first", "--set", "openspiel.reward_mode=win"], "reward_mode: unknown value 'win'"),
     (["--models", "a=scripted:first", "--config", "/no/such.yaml"], "--config: no such file"),
+    (["--models", "a=scripted:first", "--game-context", "all"], "--game-context: unknown value 'all'"),
     ([], "--models: name at least one model"),
 ])
 def test_bad_input_is_a_clear_error(argv, needle, tmp_path, capsys):

@@ -7,8 +7,8 @@ import threading
 
 import pytest
 
-from verl_ext import reward
 from verl_ext.envs.conformance import _alternative, hostile_responses
+from verl_ext.envs.registry import cached_env
 from verl_ext.mixture import EnvMixture
 from verl_ext.reward import METRIC_KEYS, compute_score
 
@@ -78,7 +78,7 @@ def test_group_of_concurrent_samples_runs_the_analysis_once(monkeypatch):
     ref = mixture.plan("train")[0]
     row, task = mixture.row(ref, "train", 0), mixture.build(ref)
     settings = mixture.settings["openspiel"]
-    adapter = reward._adapter("openspiel", mixture.env_config_json("openspiel"), None)
+    adapter = cached_env("openspiel", mixture.env_config_json("openspiel"))
     assert adapter.config.reward_mode == settings["reward_mode"]
     searches = []
     original = adapter._mcts_bot

@@ -21,7 +21,8 @@ GRPO_SCRIPTS = ["openspiel-ppo.sh", "logic-grpo.sh"]
 
 def dry_run(script: str, *overrides: str, **env: str) -> list[str]:
     """The command a script would run, as argv."""
-    environ = {k: v for k, v in os.environ.items() if not k.startswith(("RUN_PROFILE", "GAME_TYPES"))}
+    environ = {k: v for k, v in os.environ.items()
+               if not k.startswith(("RUN_PROFILE", "GAME_TYPES", "TASK_MODE", "GAME_OPPONENT", "MAX_REPLY_LENGTH"))}
     environ.update(env)
     out = subprocess.run(["bash", str(REPO / "train" / "scripts" / script), "--dry-run", *overrides],
                          check=True, capture_output=True, text=True, env=environ, cwd=REPO).stdout
@@ -136,3 +137,47 @@ def test_invalid_profile_is_refused():
     result = subprocess.run(["bash", str(REPO / "train/scripts/openspiel-ppo.sh"), "--dry-run"],
                             capture_output=True, text=True, env={**os.environ, "RUN_PROFILE": "huge"})
     assert result.returncode == 2 and "RUN_PROFILE must be smoke or full, got 'huge'" in result.stderr
+
+
+@pytest.mark.parametrize("mode", ["game", "mixed"])
+def test_full_game_mode_composes_and_passes_preflight(mode):
+    """TASK_MODE=game: game rows, verl's agent loop registered from our file, a response budget for whole games."""
+    from omegaconf import OmegaConf
+
+    from verl_ext.games import AGENT_LOOP_CONFIG, GAME_AGENT_NAME
+    from verl_ext.mixture import EnvMixture
+
+    argv = dry_run("openspiel-ppo.sh", TASK_MODE=mode, GAME_OPPONENT="mcts:50", RUN_PROFILE="smoke")
+    cfg = compose("ppo_trainer", overrides_of(argv))
+    assert check_ppo(cfg, check_imports=False) == []
+    rollout = cfg.actor_rollout_ref.rollout
+    assert rollout.agent.agent_loop_config_path == str(AGENT_LOOP_CONFIG) and rollout.multi_turn.enable is True
+    assert GAME_AGENT_NAME in {e.name for e in OmegaConf.load(rollout.agent.agent_loop_config_path)}
+    assert (cfg.data.max_prompt_length, cfg.data.max_response_length) == (512, 3584)
+    assert rollout.response_length == 3584  # verl's rollout budget follows data.max_response_length
+    openspiel = cfg.data.env.openspiel
+    assert openspiel.task_mode == mode and openspiel.game.opponent == "mcts:50"
+    assert openspiel.game.max_tokens_per_turn == 256 and list(openspiel.game_types) == ["tic_tac_toe", "connect_four"]
+    assert cfg.trainer.experiment_name == "openspiel-game-grpo-smoke"
+    assert EnvMixture(OmegaConf.to_container(cfg.data.env, resolve=True)).has_games
+    assert preflight_main(["--no-import-check", "--", *overrides_of(argv)]) == 0
+
+
+def test_game_rows_without_the_agent_loop_registration_fail_preflight(capsys):
+    argv = dry_run("openspiel-ppo.sh", "+data.env.openspiel.task_mode=game", RUN_PROFILE="smoke")
+    assert preflight_main(["--no-import-check", "--", *overrides_of(argv)]) == 2
+    assert "need actor_rollout_ref.rollout.agent.agent_loop_config_path" in capsys.readouterr().err
+    argv = dry_run("openspiel-ppo.sh", "actor_rollout_ref.rollout.agent.agent_loop_config_path=/nope.yaml",
+                   TASK_MODE="game", RUN_PROFILE="smoke")
+    assert preflight_main(["--no-import-check", "--", *overrides_of(argv)]) == 2
+    assert "TASK_MODE (actor_rollout_ref.rollout.agent.agent_loop_config_path=/nope.yaml): no such file" in (
+        capsys.readouterr().err)
+    argv = dry_run("openspiel-ppo.sh", TASK_MODE="game", GAME_OPPONENT="alphazero", RUN_PROFILE="smoke")
+    assert preflight_main(["--no-import-check", "--", *overrides_of(argv)]) == 2
+    assert "data.env.openspiel.game.opponent: unknown opponent 'alphazero'" in capsys.readouterr().err
+
+
+def test_invalid_task_mode_is_refused():
+    result = subprocess.run(["bash", str(REPO / "train/scripts/openspiel-ppo.sh"), "--dry-run"],
+                            capture_output=True, text=True, env={**os.environ, "TASK_MODE": "games"})
+    assert result.returncode == 2 and "TASK_MODE must be move, game or mixed, got 'games'" in result.stderr

@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from .export import build_rows, load_env_section, write_parquet
-from .mixture import EnvMixture
+from .mixture import EnvMixture, is_game
 from .reward import compute_score
 
 DEFAULT_SETTINGS = [
@@ -56,7 +56,9 @@ def main(argv: list[str] | None = None) -> int:
     rng = random.Random(args.seed)
     by_case: dict[str, list[tuple[dict, object]]] = {}
     for ref, row in zip(mixture.plan("val"), val_rows):
-        by_case.setdefault(row["data_source"], []).append((row, mixture.build(ref)))
+        task = mixture.build(ref)
+        if not is_game(task):  # full-game rows are scored from a played game (docs/games.md), not one reply
+            by_case.setdefault(row["data_source"], []).append((row, task))
     table = Table("case", "tasks", "random: score", "random: valid", "malformed: score", "reference: score")
     for source, items in by_case.items():
         answers = [task.ground_truth for _, task in items if task.ground_truth]

@@ -3,6 +3,7 @@
 Settings live under ``data.env`` (set with ``+data.env.<env>.<key>=...`` Hydra overrides)::
 
     data.env.openspiel: {game_types: [hex], num_tasks_per_case: 100, reward_mode: legal, ...}
+    data.env.openspiel: {task_mode: game, game: {opponent: random}}   # full games (docs/games.md)
     data.env.logic:     {cases: [knights_knaves, mini_sudoku]}
     data.env.weights:   {openspiel: 3, logic: 1}       # optional mixture weights per env
     data.env.size:      2000                            # optional train rows (default: sum of pools)
@@ -20,6 +21,7 @@ from typing import Any
 
 from .envs import EnvAdapter, Task, env_names, make_env
 from .envs.config import ConfigError, to_plain
+from .games import GAME_AGENT_NAME, SINGLE_TURN_AGENT_NAME
 
 SPLITS = ("train", "val")
 # Validation tasks use indices from here on, so their seeds never meet a training task's.
@@ -148,15 +150,31 @@ class EnvMixture:
     def build(self, ref: TaskRef) -> Task:
         return self.adapters[ref.env].make_task(ref.case, ref.index, ref.seed)
 
+    @property
+    def has_games(self) -> bool:
+        """Whether any row is a full game (then every row names its verl agent loop)."""
+        return any(getattr(adapter.config, "task_mode", "move") != "move" for adapter in self.adapters.values())
+
     def row(self, ref: TaskRef, split: str, row_index: int) -> dict[str, Any]:
         """A row in verl's RL format (``raw_prompt`` is added by the dataset, ``prompt`` by export)."""
         task = self.build(ref)
-        return task_row(task, split, row_index, self.env_config_json(ref.env))
+        return task_row(task, split, row_index, self.env_config_json(ref.env), with_agent_name=self.has_games)
 
 
-def task_row(task: Task, split: str, row_index: int, env_config: str) -> dict[str, Any]:
-    """The verl RL row of one task: what the agent loop and the reward path read."""
-    return {
+def is_game(task: Task) -> bool:
+    """Whether ``task`` is a full game (played by the game agent loop) rather than one prompt and one reply."""
+    return task.info.get("mode") == "game"
+
+
+def task_row(task: Task, split: str, row_index: int, env_config: str,
+             with_agent_name: bool = False) -> dict[str, Any]:
+    """The verl RL row of one task: what the agent loop and the reward path read.
+
+    Game rows carry ``agent_name`` (verl's agent loop for the row) and ``mode``/``seat`` in ``extra_info``.
+    When a batch can mix game and single-move rows, every row needs ``agent_name`` (verl's collate_fn stacks
+    each key over the rows that have it), so ``with_agent_name`` gives single-move rows verl's single-turn loop.
+    """
+    row = {
         "data_source": f"{task.env}/{task.case}",
         "prompt": [dict(m) for m in task.messages],
         "ability": task.env,
@@ -172,6 +190,13 @@ def task_row(task: Task, split: str, row_index: int, env_config: str) -> dict[st
             "env_config": env_config,
         },
     }
+    if is_game(task):
+        row["data_source"] = f"{task.env}-game/{task.case}"  # verl groups validation metrics by data source
+        row["extra_info"].update(mode="game", seat=int(task.info["seat"]))
+        row["agent_name"] = GAME_AGENT_NAME
+    elif with_agent_name:
+        row["agent_name"] = SINGLE_TURN_AGENT_NAME
+    return row
 
 
 def subsample(refs: list[TaskRef], max_samples: int, seed: int) -> list[TaskRef]:

@@ -5,7 +5,7 @@
 
 Several files are read in order (a resumed run's steps follow the earlier run's). GRPO runs get reward,
 legal-move rate, format rate, task score (the engine value of the move with ``reward_mode=engine``),
-response length and step time per step: training samples (sampled at the rollout temperature, from the
+full-game outcome rates and turns (``TASK_MODE=game``), response length and step time per step: training samples (sampled at the rollout temperature, from the
 ``*.samples.jsonl`` beside each metrics file) as lines, held-out validation (verl's ``val-*`` metrics, greedy,
 per data source) as markers. SFT runs get train/validation loss, learning rate and gradient norm.
 """
@@ -74,6 +74,16 @@ def grpo_panels(metrics: Steps, samples: Steps) -> list[Panel]:
         for source, points in _validation(metrics, val_var).items():
             panel.add(f"held-out {source} (greedy)", points, marker=True)
         panels.append(panel)
+    if any("games" in values for values in samples.values()):
+        games = Panel("full games: outcome rates", ylim=rate)
+        for key in ("win", "draw", "loss", "forfeit", "truncated"):
+            games.add(f"{key} (train)", _series(samples, f"game_{key}"))
+        for source, points in _validation(metrics, "win").items():
+            games.add(f"win, held-out {source} (greedy)", points, marker=True)
+        turns = Panel("full games: model turns and tokens per game")
+        turns.add("model turns", _series(samples, "game_model_turns"))
+        turns.add("model tokens / 10", [(step, v / 10) for step, v in _series(samples, "game_model_tokens")])
+        panels += [games, turns]
     length = Panel("response length (tokens)")
     length.add("mean", _series(metrics, "response_length/mean"))
     length.add("max", _series(metrics, "response_length/max"))

@@ -1,5 +1,9 @@
 """``compute_score`` for verl's reward loop, routed by ``extra_info["env"]`` to the env adapters.
 
+Full-game rows (``extra_info["mode"] == "game"``) are scored from the game their agent loop played
+(``verl_ext/games/agent_loop.py`` puts the record in the sample's extra fields, which verl's reward loop
+merges into ``extra_info``), not from the decoded response, which holds the whole conversation.
+
 Use with ``reward.custom_reward_function.path=pkg://verl_ext.reward
 reward.custom_reward_function.name=compute_score``. It never raises: a broken row or any
 exception scores 0 and is counted in the ``failed`` metric.
@@ -7,43 +11,28 @@ exception scores 0 and is counted in the ``failed`` metric.
 
 from __future__ import annotations
 
-import json
 import logging
-import threading
 import time
 from collections.abc import Mapping
 from typing import Any
 
 from . import sample_log
-from .envs import EnvAdapter, make_env
 from .envs.config import to_plain
+from .envs.registry import cached_env
+from .games import RECORD_FIELD
+from .games.match import GameRecord
+from .games.scoring import GAME_METRIC_KEYS, game_metrics, score_game
 
 logger = logging.getLogger(__name__)
 # Every call returns exactly these keys (verl turns them into metrics; keys must not vary by sample).
-METRIC_KEYS = ("score", "format_ok", "valid", "task_score", "failed", "reward_ms", "dataset_ms")
+# For a game row format_ok/valid are the rates of well-formed/legal replies and task_score the outcome value.
+METRIC_KEYS = ("score", "format_ok", "valid", "task_score", "failed", "reward_ms", "dataset_ms") + GAME_METRIC_KEYS
 _MAX_LOGGED_FAILURES = 20
-
-_adapters: dict[tuple[str, str], EnvAdapter] = {}
-_adapters_lock = threading.Lock()
 _failures = 0
 
 
-def _adapter(env: str, env_config: str, overrides: Mapping[str, Any] | None) -> EnvAdapter:
-    """One adapter (with its caches) per distinct (env, settings) in this process."""
-    settings = json.loads(env_config) if env_config else {}
-    if overrides:
-        settings = {**settings, **to_plain(overrides)}
-    key = (env, json.dumps(settings, sort_keys=True))
-    with _adapters_lock:
-        adapter = _adapters.get(key)
-        if adapter is None:
-            adapter = make_env(env, settings)
-            _adapters[key] = adapter
-    return adapter
-
-
-def _result(score: float, format_ok: bool, valid: bool, task_score: float, failed: bool,
-            started: float, dataset_ms: float = 0.0) -> dict[str, float]:
+def _result(score: float, format_ok: float, valid: float, task_score: float, failed: bool,
+            started: float, dataset_ms: float = 0.0, game: GameRecord | None = None) -> dict[str, float]:
     return {
         "score": float(score),
         "format_ok": float(format_ok),
@@ -52,7 +41,20 @@ def _result(score: float, format_ok: bool, valid: bool, task_score: float, faile
         "failed": float(failed),
         "reward_ms": (time.perf_counter() - started) * 1000.0,
         "dataset_ms": dataset_ms,  # time DynamicEnvDataset took to build this sample (0 for other datasets)
+        **game_metrics(game),
     }
+
+
+def _score_game_row(adapter: Any, info: Mapping[str, Any], started: float) -> dict[str, float]:
+    raw = info.get(RECORD_FIELD)
+    if not isinstance(raw, Mapping):
+        raise ValueError("a full-game row reached the reward without a played game: was it rolled out by the "
+                         "verl_ext_game agent loop? (actor_rollout_ref.rollout.agent.agent_loop_config_path must "
+                         "name verl_ext/games/agent_loops.yaml; TASK_MODE=game in the train script sets it)")
+    record = GameRecord.from_dict(dict(raw))
+    result = score_game(record, adapter.game_settings)
+    return _result(result.score, result.format_rate, result.legal_rate, result.outcome, False, started,
+                   _dataset_ms(info), record)
 
 
 def _dataset_ms(info: Mapping[str, Any]) -> float:
@@ -80,10 +82,13 @@ def compute_score(data_source: Any = None, solution_str: Any = None, ground_trut
             raise ValueError(f"extra_info lacks 'env' (data_source={data_source!r}); was the row made by verl_ext?")
         env = str(info["env"])
         overrides = (to_plain(env_overrides) or {}).get(env) if env_overrides else None
-        adapter = _adapter(env, str(info.get("env_config") or ""), overrides)
-        result = adapter.score(str(info["case"]), str(info["state"]), solution_str)
-        scored = _result(result.score, result.format_ok, result.valid, result.task_score, False, started,
-                         _dataset_ms(info))
+        adapter = cached_env(env, str(info.get("env_config") or ""), overrides)
+        if info.get("mode") == "game":
+            scored = _score_game_row(adapter, info, started)
+        else:
+            result = adapter.score(str(info["case"]), str(info["state"]), solution_str)
+            scored = _result(result.score, result.format_ok, result.valid, result.task_score, False, started,
+                             _dataset_ms(info))
     except Exception:  # a reward must never take training down; count it and score the minimum
         _failures += 1
         if _failures <= _MAX_LOGGED_FAILURES:

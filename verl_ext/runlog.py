@@ -20,6 +20,9 @@ from pathlib import Path
 Steps = dict[int, dict[str, float]]
 # per-sample field -> per-step rate name
 RATES = {"valid": "legal_rate", "format_ok": "format_rate", "failed": "reward_failures"}
+# per-game metrics (verl_ext.games.scoring), averaged over the step's full-game samples only
+GAME_MEANS = ("win", "draw", "loss", "forfeit", "truncated", "model_turns", "model_tokens", "game_moves",
+              "rejected_replies")
 _CONSOLE_STEP = re.compile(r"\bstep:(\d+) - (.*)$")
 
 
@@ -81,7 +84,8 @@ def samples_path(metrics: Path) -> Path | None:
 
 
 def read_samples(path: Path | None, steps: list[int], per_step: int | None) -> Steps:
-    """Our per-sample log -> per-step reward mean, rates, task score and time sums, matched to ``steps``."""
+    """Our per-sample log -> per-step reward mean, rates, task score, game outcome rates (over the step's
+    full-game samples) and time sums, matched to ``steps``."""
     if path is None or not path.is_file() or not steps:
         return {}
     samples = []
@@ -104,6 +108,13 @@ def read_samples(path: Path | None, steps: list[int], per_step: int | None) -> S
                                  "task_score": statistics.fmean(float(s.get("task_score", 0.0)) for s in chunk)}
         for key, label in RATES.items():
             row[label] = statistics.fmean(float(s.get(key, 0.0)) for s in chunk)
+        games = [s for s in chunk if float(s.get("game", 0.0)) == 1.0]
+        if games:
+            row["games"] = float(len(games))
+            row["game_reward_mean"] = statistics.fmean(float(s["score"]) for s in games)
+            for key in GAME_MEANS:
+                label = key if key.startswith("game_") else f"game_{key}"
+                row[label] = statistics.fmean(float(s.get(key, 0.0)) for s in games)
         for key in ("reward_ms", "dataset_ms"):
             values = sorted(float(s.get(key, 0.0)) for s in chunk)
             row[f"{key}_sum"] = sum(values)

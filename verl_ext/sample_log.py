@@ -3,8 +3,8 @@
 verl 0.9.1's v1 trainer does not put custom reward fields into its training metrics or rollout dumps, so
 legal-move rate, format rate and our own time per sample would otherwise be invisible. When
 ``VERL_EXT_SAMPLE_LOG`` names a file (the train scripts set it next to the run's log), every reward call
-appends ``{"time", "split", "env", "case", "score", "valid", "format_ok", "failed", "reward_ms",
-"dataset_ms"}``. Reward workers are separate processes: each line is one ``O_APPEND`` write smaller
+appends ``{"time", "split", "env", "case"}`` and every metric of ``verl_ext.reward.METRIC_KEYS`` (score,
+valid, format_ok, failed, reward_ms, dataset_ms, and the full-game counts: game, win, draw, loss, ...). Reward workers are separate processes: each line is one ``O_APPEND`` write smaller
 than ``PIPE_BUF``, so lines from different workers never interleave. Logging never raises.
 """
 

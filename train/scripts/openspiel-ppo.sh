@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # GRPO on OpenSpiel games with verl main_ppo, our DynamicEnvDataset and compute_score.
 #   bash train/scripts/openspiel-ppo.sh [--dry-run] [hydra.key=value ...]
-# Knobs (environment): MODEL_PATH, GAME_TYPES, REWARD_MODE, RUN_PROFILE=smoke|full, ENABLE_LORA, LORA_RANK,
+#   TASK_MODE=game bash train/scripts/openspiel-ppo.sh     # whole games in verl's agent loop (docs/games.md)
+# Knobs (environment): MODEL_PATH, GAME_TYPES, REWARD_MODE, TASK_MODE=move|game|mixed, GAME_OPPONENT,
+# MAX_REPLY_LENGTH, RUN_PROFILE=smoke|full, ENABLE_LORA, LORA_RANK,
 # LORA_ALPHA, LORA_ADAPTER_PATH, FSDP_STRATEGY=fsdp2|fsdp, ROLLOUT_BACKEND=vllm|sglang, LAYERED_SUMMON,
 # N_GPUS_PER_NODE, NNODES and the sizes in lib/common.sh. See README "Training".
 # shellcheck source-path=SCRIPTDIR
@@ -12,6 +14,21 @@ split_flags "$@"
 load_dotenv
 
 TASK_NAME=openspiel-grpo
+: "${TASK_MODE:=move}"
+case "$TASK_MODE" in
+  move) ;;
+  game|mixed)
+    # Whole games: one sample = one game, so the response budget holds every reply and every later prompt of
+    # the trained seat. 512 + 3584 = 4096 tokens fits a full connect_four game with the single-move prompts
+    # (measured ~2.9k response tokens with the project's tokenizer; docs/games.md) and tiny models' 4096 positions.
+    TASK_NAME=openspiel-game-grpo
+    : "${GAME_TYPES:=tic_tac_toe,connect_four}"
+    : "${MAX_PROMPT_LENGTH:=512}" "${MAX_RESPONSE_LENGTH:=3584}"
+    : "${GAME_OPPONENT:=random}" "${MAX_REPLY_LENGTH:=256}" ;;
+  *)
+    echo "TASK_MODE must be move, game or mixed, got '${TASK_MODE}'" >&2
+    exit 2 ;;
+esac
 : "${GAME_TYPES:=tic_tac_toe,connect_four,hex,breakthrough,othello}"
 : "${REWARD_MODE:=legal}"
 apply_profile
@@ -21,4 +38,14 @@ ARGS+=(
   +data.env.openspiel.reward_mode="$REWARD_MODE"
   +data.env.openspiel.num_tasks_per_case="$NUM_TASKS_PER_CASE"
 )
+if [[ "$TASK_MODE" != "move" ]]; then
+  ARGS+=(
+    +data.env.openspiel.task_mode="$TASK_MODE"
+    +data.env.openspiel.game.opponent="$GAME_OPPONENT"
+    +data.env.openspiel.game.max_tokens_per_turn="$MAX_REPLY_LENGTH"
+    # verl loads agent loops from a file path (not pkg://); rows name the loop in their agent_name column
+    actor_rollout_ref.rollout.agent.agent_loop_config_path="$REPO_ROOT/verl_ext/games/agent_loops.yaml"
+    actor_rollout_ref.rollout.multi_turn.enable=True
+  )
+fi
 launch ppo_trainer verl.trainer.main_ppo "${ARGS[@]}" ${OVERRIDES[@]+"${OVERRIDES[@]}"}

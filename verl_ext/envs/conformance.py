@@ -7,6 +7,7 @@ import random
 from collections.abc import Iterable
 
 from .base import EnvAdapter, Task
+from .episode import EpisodeEnv
 
 _LOOKALIKES = str.maketrans({"a": "\u0430", "c": "\u0441", "e": "\u0435", "o": "\u043e", "p": "\u0440",
                              "x": "\u0445", "B": "\u0412", "C": "\u0421", "R": "\u0420", "1": "\uff11"})
@@ -139,3 +140,56 @@ def _check_scores(adapter: EnvAdapter, task: Task, state: str, format_weight: fl
             raise _fail(task, "hostile output", f"{str(response)[:60]!r} raised {err!r}") from err
         if not 0.0 <= result.score <= format_weight + 1e-9:
             raise _fail(task, "hostile output", f"{str(response)[:60]!r} earned {result.score}")
+
+
+def check_episodes(adapter: EpisodeEnv, case: str, seeds: tuple[int, ...] = (0, 1), max_moves: int = 300) -> None:
+    """Raise ``ConformanceError`` unless full games of ``case`` honour the episode protocol (``episode.py``).
+
+    From every seat and each seed, two episodes fed the same seeded replies must show the same prompts and
+    end the same way (chance resolved by the env, never a chance node to move); every prompt lists its legal
+    moves and the answer format; each legal move written as an answer is legal; hostile replies never raise
+    and are never legal; returns come per player and normalise into [0, 1]. Games stop after ``max_moves``.
+    """
+    num_players = adapter.start_episode(case, seeds[0], 0).num_players
+    for seed in seeds:
+        for seat in range(num_players):
+            first, second = (_play_episode(adapter, case, seed, seat, max_moves) for _ in range(2))
+            if first != second:
+                raise _fail(None, "episode determinism", f"{case} seed {seed} seat {seat}: the same seed and "
+                            "replies gave a different game")
+
+
+def _play_episode(adapter: EpisodeEnv, case: str, seed: int, seat: int, max_moves: int) -> tuple:
+    episode = adapter.start_episode(case, seed, seat)
+    if (episode.case, episode.seed, episode.seat) != (case, seed, seat):
+        raise _fail(None, "episode identity", f"{case}: episode carries {(episode.case, episode.seed, episode.seat)}")
+    rng, prompts = random.Random(seed), []
+    while not episode.is_over() and episode.moves_played() < max_moves:
+        player, moves = episode.current_player(), episode.legal_moves()
+        if not 0 <= player < episode.num_players or not moves or len(set(moves)) != len(moves):
+            raise _fail(None, "episode turn", f"{case}: player {player} to move with legal moves {moves!r}")
+        prompt = episode.prompt()
+        if "<answer>" not in prompt or any(move not in prompt for move in moves):
+            raise _fail(None, "episode prompt", f"{case}: the prompt must list every legal move and the format")
+        move = rng.choice(moves)
+        check = episode.check(f"I pick this.\n<answer>{move}</answer>")
+        if not (check.legal and check.move == move and check.format_ok):
+            raise _fail(None, "episode check", f"{case}: legal move {move!r} checked as {check}")
+        if episode.moves_played() in (0, 7):  # hostile replies at two points of every game
+            task = Task(adapter.name, case, 0, seed, (), prompt, "", legal_moves=moves)  # type: ignore[attr-defined]
+            for response in hostile_responses(task, rng, moves[-1]):
+                try:
+                    verdict = episode.check(response)
+                except Exception as err:  # noqa: BLE001 - nothing may escape
+                    raise _fail(None, "episode hostile output", f"{case}: {str(response)[:60]!r} raised {err!r}")
+                if verdict.legal:
+                    raise _fail(None, "episode hostile output", f"{case}: {str(response)[:60]!r} passed as legal")
+        prompts.append(prompt)
+        episode.play(move)
+    returns = episode.returns()
+    if len(returns) != episode.num_players:
+        raise _fail(None, "episode returns", f"{case}: {len(returns)} returns for {episode.num_players} players")
+    for player in range(episode.num_players):
+        if not 0.0 <= episode.normalised_return(player) <= 1.0:
+            raise _fail(None, "episode returns", f"{case}: normalised return {episode.normalised_return(player)}")
+    return tuple(prompts), tuple(returns), episode.is_over()

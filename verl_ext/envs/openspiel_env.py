@@ -1,4 +1,5 @@
-"""OpenSpiel games as single-move tasks: a position, its legal moves, and a reward for the chosen move."""
+"""OpenSpiel games as single-move tasks (a position, its legal moves, a reward for the chosen move) and as
+full-game episodes (``task_mode: game``; played by ``verl_ext/games``, see docs/games.md)."""
 
 from __future__ import annotations
 
@@ -7,16 +8,22 @@ import random
 import zlib
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 import pyspiel
 from open_spiel.python.algorithms import mcts
 
-from .answer import parse_answer
+from ..seeding import stable_seed
+from .answer import ParsedAnswer, parse_answer
 from .base import ScoreResult, Task
 from .caching import OnceLRU
-from .config import ConfigError
+from .config import ConfigError, from_mapping
+from .episode import MoveCheck, Opponent
+from .game_settings import GameSettings
+
+if TYPE_CHECKING:
+    from .openspiel_episode import OpenSpielEpisode
 
 DEFAULT_CASES: tuple[str, ...] = (
     "hex(board_size=7)",
@@ -38,6 +45,9 @@ DEFAULT_CASES: tuple[str, ...] = (
 REWARD_MODES = ("legal", "outcome", "engine")
 CONTINUATIONS = ("random", "mcts")
 OBSERVATIONS = ("auto", "observation", "information_state")
+TASK_MODES = ("move", "game", "mixed")
+# What a game row's ground truth says (the reward comes from the played game, not from this string).
+GAME_GROUND_TRUTH = "full game: reward from the played game's outcome"
 
 
 @dataclass
@@ -63,6 +73,9 @@ class OpenSpielConfig:
     max_response_chars: int = 16384
     max_answer_chars: int = 64
     cache_size: int = 4096
+    task_mode: str = "move"
+    game_share: float = 0.5
+    game: dict | None = None
 
     def validate(self, where: str) -> None:
         positive = ("num_tasks_per_case", "outcome_playouts", "mcts_simulations", "mcts_rollouts",
@@ -74,8 +87,11 @@ class OpenSpielConfig:
             raise ConfigError(f"{where}.max_random_steps: must be >= 0, got {self.max_random_steps!r}")
         if not 0.0 <= self.format_weight < 1.0:
             raise ConfigError(f"{where}.format_weight: must be in [0, 1), got {self.format_weight!r}")
+        if not 0.0 < self.game_share < 1.0:
+            raise ConfigError(f"{where}.game_share: must be in (0, 1) (the share of full-game rows when "
+                              f"task_mode=mixed), got {self.game_share!r}")
         for key, allowed in (("reward_mode", REWARD_MODES), ("continuation", CONTINUATIONS),
-                             ("observation", OBSERVATIONS)):
+                             ("observation", OBSERVATIONS), ("task_mode", TASK_MODES)):
             if getattr(self, key) not in allowed:
                 raise ConfigError(f"{where}.{key}: unknown value {getattr(self, key)!r} (choose from {allowed})")
         if self.cases is not None and self.game_list is not None:
@@ -110,6 +126,17 @@ def legal_move_actions(state: pyspiel.State) -> dict[str, int]:
     return moves
 
 
+def normalised_return(game: pyspiel.Game, value: float) -> float:
+    """A return mapped to [0, 1] by the game's utility range (0.5 when the range is empty)."""
+    lo, hi = game.min_utility(), game.max_utility()
+    return min(1.0, max(0.0, (value - lo) / (hi - lo))) if hi > lo else 0.5
+
+
+def terminal_rewards_only(case: str) -> bool:
+    """Whether ``case`` pays only at the end (OpenSpiel's MCTS needs that)."""
+    return load_game(case).get_type().reward_model == pyspiel.GameType.RewardModel.TERMINAL
+
+
 def _sample_chance(state: pyspiel.State, rng: random.Random) -> int:
     actions, probs = zip(*state.chance_outcomes())
     return rng.choices(actions, weights=probs, k=1)[0]
@@ -137,7 +164,14 @@ class OpenSpielAdapter:
 
     def __init__(self, config: OpenSpielConfig, where: str = "data.env.openspiel") -> None:
         self.config = config
+        self.game_settings: GameSettings = from_mapping(GameSettings, config.game, f"{where}.game")
         self._cases = self._resolve_cases(config, where)
+        if config.task_mode != "move":
+            opponent = self.game_settings.opponent_spec
+            for case in self._cases:
+                problem = self.opponent_problem(case, opponent)
+                if problem:
+                    raise ConfigError(f"{where}.game.opponent: {opponent.label!r} cannot play {case!r}: {problem}")
         self._positions: OnceLRU[_Position] = OnceLRU(config.cache_size)
         self._analyses: OnceLRU[dict[int, float]] = OnceLRU(config.cache_size)
         self._outcomes: OnceLRU[dict[int, float]] = OnceLRU(config.cache_size)
@@ -204,7 +238,15 @@ class OpenSpielAdapter:
         return self.config.num_tasks_per_case
 
     # ----------------------------------------------------------------- tasks
+    def is_game_task(self, index: int) -> bool:
+        """Whether task ``index`` is a full game (``task_mode`` game, or mixed with ``game_share``)."""
+        if self.config.task_mode == "mixed":
+            return stable_seed(self.config.seed, "task_mode", index) % 10_000 < self.config.game_share * 10_000
+        return self.config.task_mode == "game"
+
     def make_task(self, case: str, index: int, seed: int) -> Task:
+        if self.is_game_task(index):
+            return self._game_task(case, index, seed)
         state = self._random_position(load_game(case), seed)
         player = state.current_player()
         moves = [state.action_to_string(player, a) for a in state.legal_actions(player)]
@@ -219,6 +261,41 @@ class OpenSpielAdapter:
             legal_moves=tuple(moves),
             info={"player": player, "num_legal_moves": len(moves), "move_number": state.move_number()},
         )
+
+    def _game_task(self, case: str, index: int, seed: int) -> Task:
+        """A full game from the initial position; the trained policy's seat alternates with ``index``.
+
+        The message is a preview of the policy's first prompt (other seats moving at random before it):
+        exact when the policy moves first, otherwise a prompt of the same shape. The game agent loop builds
+        the real conversation from the episode.
+        """
+        seat = index % load_game(case).num_players()
+        episode = self.start_episode(case, seed, seat)
+        while not episode.is_over() and episode.current_player() != seat:
+            episode.play_random()
+        prompt = episode.prompt() if not episode.is_over() else ""
+        return Task(
+            env=self.name,
+            case=case,
+            task_id=index,
+            seed=seed,
+            messages=({"role": "user", "content": prompt},),
+            state=load_game(case).new_initial_state().serialize(),
+            ground_truth=GAME_GROUND_TRUTH,
+            info={"mode": "game", "seat": seat, "opponent": self.game_settings.opponent_spec.label},
+        )
+
+    def start_episode(self, case: str, seed: int, seat: int) -> OpenSpielEpisode:
+        """A full game of ``case``: chance outcomes and bots seeded from ``seed``; the policy in ``seat``."""
+        from .openspiel_episode import OpenSpielEpisode
+
+        return OpenSpielEpisode(self, case, seed, seat)
+
+    def opponent_problem(self, case: str, opponent: Opponent) -> str | None:
+        """Why ``opponent`` cannot play ``case`` (OpenSpiel's MCTS needs terminal rewards), else None."""
+        if opponent.kind == "mcts" and not terminal_rewards_only(case):
+            return "per-step rewards: OpenSpiel MCTS needs terminal rewards"
+        return None
 
     def _random_position(self, game: pyspiel.Game, seed: int) -> pyspiel.State:
         """Seeded random play to a non-terminal decision node (chance outcomes from the same RNG)."""
@@ -251,9 +328,10 @@ class OpenSpielAdapter:
             return state.observation_string(player)
         return state.information_state_string(player)
 
-    def position_prompt(self, case: str, state: pyspiel.State) -> str:
+    def position_prompt(self, case: str, state: pyspiel.State, compact: bool = False) -> str:
         """The prompt for the player to move at decision node ``state`` of ``case``: its own view of the game
-        (the full board for perfect information) and its legal moves. Training tasks and arena games use it."""
+        (the full board for perfect information) and its legal moves. Training tasks and games use it;
+        ``compact`` drops the closing instructions (for later turns of a game, where they were shown once)."""
         game = load_game(case)
         player = state.current_player()
         moves = [state.action_to_string(player, a) for a in state.legal_actions(player)]
@@ -266,10 +344,10 @@ class OpenSpielAdapter:
             self._view(game, state, player).rstrip(),
             "",
             "Legal moves (write yours exactly as listed): " + ", ".join(moves),
-            "",
-            "Choose the best move for you. Think briefly if you like, then end your reply with exactly one "
-            "move in the form <answer>MOVE</answer>, where MOVE is one of the legal moves above.",
         ]
+        if not compact:
+            lines += ["", "Choose the best move for you. Think briefly if you like, then end your reply with exactly "
+                      "one move in the form <answer>MOVE</answer>, where MOVE is one of the legal moves above."]
         return "\n".join(lines)
 
     # ----------------------------------------------------------------- scoring
@@ -282,11 +360,24 @@ class OpenSpielAdapter:
 
         return self._positions.get_or_compute((case, state_str), build)
 
+    def _parse(self, response: object) -> ParsedAnswer:
+        cfg = self.config
+        return parse_answer(response, max_response_chars=cfg.max_response_chars,
+                            max_answer_chars=cfg.max_answer_chars, single_line=True)
+
+    def check_move(self, moves: dict[str, int], response: object) -> MoveCheck:
+        """Parse ``response`` strictly (as ``score`` does) and look the answer up in ``moves``."""
+        parsed = self._parse(response)
+        if parsed.text is None:
+            return MoveCheck(None, False, parsed.reason)
+        if parsed.text not in moves:
+            return MoveCheck(parsed.text, False, "illegal_move")
+        return MoveCheck(parsed.text, True, "ok")
+
     def score(self, case: str, state: str, response: str) -> ScoreResult:
         cfg = self.config
-        parsed = parse_answer(response, max_response_chars=cfg.max_response_chars,
-                              max_answer_chars=cfg.max_answer_chars, single_line=True)
-        if not parsed.format_ok:
+        parsed = self._parse(response)
+        if parsed.text is None:
             return ScoreResult(0.0, False, False, 0.0, None, parsed.reason)
         position = self._position(case, state)
         action = position.moves.get(parsed.text)
@@ -305,8 +396,7 @@ class OpenSpielAdapter:
         return ScoreResult(total, True, True, task_score, parsed.text, "ok")
 
     def _normalise(self, game: pyspiel.Game, value: float) -> float:
-        lo, hi = game.min_utility(), game.max_utility()
-        return (value - lo) / (hi - lo) if hi > lo else 0.5
+        return normalised_return(game, value)
 
     def _stable_seed(self, *parts: object) -> int:
         return zlib.crc32("|".join(map(str, parts)).encode()) ^ self.config.seed
@@ -343,11 +433,12 @@ class OpenSpielAdapter:
 
         return self._outcomes.get_or_compute((case, state_str), playouts)
 
-    def _mcts_bot(self, game: pyspiel.Game, seed: int) -> mcts.MCTSBot:
+    def _mcts_bot(self, game: pyspiel.Game, seed: int, simulations: int | None = None) -> mcts.MCTSBot:
+        """OpenSpiel's MCTS bot with this config's rollout settings (``simulations`` default: mcts_simulations)."""
         evaluator = mcts.RandomRolloutEvaluator(
             n_rollouts=self.config.mcts_rollouts, random_state=np.random.RandomState(seed),
             max_length=self.config.playout_max_steps)
-        return mcts.MCTSBot(game, self.config.mcts_uct_c, self.config.mcts_simulations, evaluator,
+        return mcts.MCTSBot(game, self.config.mcts_uct_c, simulations or self.config.mcts_simulations, evaluator,
                             solve=True, random_state=np.random.RandomState(seed))
 
     def _analysis(self, case: str, state_str: str, position: _Position) -> dict[int, float]:
@@ -384,5 +475,8 @@ class OpenSpielAdapter:
         best_action = max(position.moves.values(), key=lambda a: (values.get(a, 0.0), -a))
         return next(move for move, action in position.moves.items() if action == best_action)
 
-    def reference_answer(self, task: Task) -> str:
+    def reference_answer(self, task: Task) -> str | None:
+        """The engine's move as an answer; None for full-game tasks (no single reply answers a whole game)."""
+        if task.info.get("mode") == "game":
+            return None
         return f"<answer>{self.best_move(task.case, task.state)}</answer>"

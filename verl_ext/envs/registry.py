@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import json
+import threading
 from collections.abc import Mapping
 from typing import Any
 
 from .base import EnvAdapter
-from .config import ConfigError, from_mapping
+from .config import ConfigError, from_mapping, to_plain
 
 _REGISTRY: dict[str, type] = {}
+_CACHE: dict[tuple[str, str], EnvAdapter] = {}
+_CACHE_LOCK = threading.Lock()
 
 
 def register_env(adapter_cls: type) -> type:
@@ -41,3 +45,22 @@ def make_env(name: str, settings: Mapping[str, Any] | None = None, where: str | 
     adapter_cls = _REGISTRY[name]
     config = from_mapping(adapter_cls.config_cls, settings, where)
     return adapter_cls(config, where=where)
+
+
+def cached_env(name: str, settings_json: str, overrides: Mapping[str, Any] | None = None) -> EnvAdapter:
+    """One adapter (with its caches) per distinct (env, settings) in this process.
+
+    ``settings_json`` is the env's settings as a row carries them (``extra_info["env_config"]``);
+    ``overrides`` are merged on top. Used by the reward function and the game agent loop, which run in
+    verl's worker processes and rebuild adapters from the rows they see.
+    """
+    settings = json.loads(settings_json) if settings_json else {}
+    if overrides:
+        settings = {**settings, **to_plain(overrides)}
+    key = (name, json.dumps(settings, sort_keys=True))
+    with _CACHE_LOCK:
+        adapter = _CACHE.get(key)
+        if adapter is None:
+            adapter = make_env(name, settings)
+            _CACHE[key] = adapter
+    return adapter

@@ -1,50 +1,40 @@
 """Full games against OpenSpiel bots (uniform random, MCTS), seats alternating, many games in lockstep.
 
-At each of its turns the policy gets the training prompt for the position (``position_prompt``: the
-player's own view in imperfect-information games) and its reply is parsed and checked by the adapter's
-``score`` (reward mode ``legal``), i.e. exactly as in training. An unparseable or illegal reply forfeits
-the game (a loss), unless ``illegal_retries`` > 0 allows that many more tries at the same turn (each retry
-shows the rejected reply and the reason; see docs/eval.md). Chance outcomes are sampled from a per-game
-seeded RNG, and the bots are seeded per game, so results depend only on the seed.
+The games are played by the same game loop as training's full-game mode (``verl_ext/games/match.py``): the
+policy gets the single-move training prompt of each position (``position_prompt``: the player's own view in
+imperfect-information games), its reply goes through the same strict parser, and an unparseable or illegal
+reply forfeits the game (a loss) unless ``illegal_retries`` > 0 allows that many more tries at the same turn
+(each retry shows the rejected reply and the reason; see docs/eval.md). With ``context="turn"`` (default) each
+turn is a fresh prompt; ``context="game"`` gives the policy its whole game conversation, as the training agent
+loop does. Chance outcomes and the bots are seeded per game, so results depend only on the seed.
 """
 
 from __future__ import annotations
 
-import random
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-import pyspiel
-from open_spiel.python.algorithms import mcts
-from open_spiel.python.bots.uniform_random import UniformRandomBot
 from tqdm import tqdm
 
 from ..envs import EnvAdapter, make_env
 from ..envs.config import ConfigError
-from ..envs.openspiel_env import legal_move_actions, load_game
+from ..envs.episode import DEFAULT_MCTS_SIMULATIONS, Opponent, parse_opponent
+from ..envs.openspiel_env import load_game, terminal_rewards_only
+from ..games.match import Match, MatchRules, TurnRequest
+from ..games.scoring import outcome_value
 from ..mixture import EnvMixture
-from .policies import MoveRequest, Policy, clip, stable_seed
+from ..seeding import stable_seed
+from .policies import MoveRequest, Policy, clip
 from .stats import proportion
 
-_OPPONENT = re.compile(r"^(random|mcts(?::(\d+))?)$")
-DEFAULT_MCTS_SIMULATIONS = 200
+__all__ = ["Arena", "ArenaSettings", "Opponent", "parse_opponents", "legal_adapter", "mcts_skip_reason",
+           "DEFAULT_MCTS_SIMULATIONS"]
+
 SAMPLES_PER_MATCH = 2
 SAMPLE_CHARS = 400
 RESULTS = ("win", "draw", "loss")
-
-
-@dataclass(frozen=True)
-class Opponent:
-    """An OpenSpiel bot: ``random`` (uniform random) or ``mcts`` with ``simulations`` per move."""
-
-    kind: str
-    simulations: int = 0
-
-    @property
-    def label(self) -> str:
-        return "random" if self.kind == "random" else f"mcts:{self.simulations}"
+CONTEXTS = ("turn", "game")
+TRUNCATED_VALUE = 0.5  # a game stopped by --max-game-moves counts as a draw in the arena's tables
 
 
 def parse_opponents(text: str | list[str], flag: str = "--opponents") -> list[Opponent]:
@@ -53,18 +43,7 @@ def parse_opponents(text: str | list[str], flag: str = "--opponents") -> list[Op
     parts = [p.strip() for p in parts if str(p).strip()]
     if not parts:
         raise ConfigError(f"{flag}: name at least one opponent (random, mcts:N)")
-    opponents = []
-    for part in parts:
-        match = _OPPONENT.match(part)
-        if not match:
-            raise ConfigError(f"{flag}: unknown opponent {part!r} (use random or mcts:N, e.g. mcts:200)")
-        if part == "random":
-            opponents.append(Opponent("random"))
-        else:
-            sims = int(match.group(2) or DEFAULT_MCTS_SIMULATIONS)
-            if sims <= 0:
-                raise ConfigError(f"{flag}: {part!r} needs a positive number of simulations")
-            opponents.append(Opponent("mcts", sims))
+    opponents = [parse_opponent(part, flag, allowed=("random", "mcts")) for part in parts]
     labels = [o.label for o in opponents]
     for label in labels:
         if labels.count(label) > 1:
@@ -74,7 +53,7 @@ def parse_opponents(text: str | list[str], flag: str = "--opponents") -> list[Op
 
 @dataclass(frozen=True)
 class ArenaSettings:
-    """How many games, against whom, and the forfeit rules."""
+    """How many games, against whom, the forfeit rules, and what each turn's prompt holds."""
 
     games_per_case: int = 20
     opponents: tuple[Opponent, ...] = (Opponent("random"), Opponent("mcts", DEFAULT_MCTS_SIMULATIONS))
@@ -82,6 +61,7 @@ class ArenaSettings:
     max_game_moves: int = 0  # 0: play until the game ends by its own rules
     seed: int = 0
     confidence: float = 0.95
+    context: str = "turn"
 
     def validate(self) -> None:
         if self.games_per_case <= 0:
@@ -90,58 +70,40 @@ class ArenaSettings:
             raise ConfigError(f"--illegal-retries: must be >= 0, got {self.illegal_retries}")
         if self.max_game_moves < 0:
             raise ConfigError(f"--max-game-moves: must be >= 0 (0 = no limit), got {self.max_game_moves}")
+        if self.context not in CONTEXTS:
+            raise ConfigError(f"--game-context: unknown value {self.context!r} (choose from {', '.join(CONTEXTS)})")
+        if any(not o.is_bot for o in self.opponents):
+            raise ConfigError("--opponents: the arena plays against bots (random, mcts:N), not 'self'")
 
 
 def mcts_skip_reason(case: str, opponent: Opponent) -> str | None:
     """Why ``opponent`` cannot play ``case`` (OpenSpiel's MCTS needs terminal rewards), else None."""
-    if opponent.kind == "mcts" and load_game(case).get_type().reward_model != pyspiel.GameType.RewardModel.TERMINAL:
+    if opponent.kind == "mcts" and not terminal_rewards_only(case):
         return "per-step rewards: OpenSpiel MCTS needs terminal rewards"
     return None
 
 
 def legal_adapter(mixture: EnvMixture) -> EnvAdapter:
-    """The ``openspiel`` adapter of the configured settings with ``reward_mode=legal``: parsing and legality only."""
-    settings = dict(mixture.settings["openspiel"])
+    """The ``openspiel`` adapter of the configured settings with ``reward_mode=legal``: parsing and legality only.
+
+    Training-only settings of full-game rows (``task_mode``, ``game_share``, ``game``) are dropped: the arena's
+    own flags set its opponents and rules.
+    """
+    settings = {k: v for k, v in mixture.settings["openspiel"].items() if k not in ("task_mode", "game_share", "game")}
     settings["reward_mode"] = "legal"
     return make_env("openspiel", settings, where="env.openspiel")
 
 
 @dataclass
 class _Game:
-    """One game in progress: the model in ``seat``, a bot in every other seat."""
+    """One arena game: the shared match plus what the results file keeps of it."""
 
     case: str
     opponent: Opponent
     index: int
-    seat: int
     seed: int
-    state: pyspiel.State
-    bots: dict[int, pyspiel.Bot]
-    rng: random.Random
-    moves: int = 0
-    model_moves: int = 0
-    rejected: int = 0
-    retries: int = 0
-    attempt: int = 0
-    feedback: list[dict[str, str]] = field(default_factory=list)
-    result: str | None = None
-    forfeit: str | None = None
-    truncated: bool = False
-    returns: list[float] | None = None
+    match: Match
     replies: list[str] = field(default_factory=list)
-
-    @property
-    def done(self) -> bool:
-        return self.result is not None
-
-
-def _make_bot(game: pyspiel.Game, opponent: Opponent, seat: int, seed: int, config: Any) -> pyspiel.Bot:
-    if opponent.kind == "random":
-        return UniformRandomBot(seat, np.random.RandomState(seed))
-    evaluator = mcts.RandomRolloutEvaluator(n_rollouts=config.mcts_rollouts, random_state=np.random.RandomState(seed),
-                                            max_length=config.playout_max_steps)
-    return mcts.MCTSBot(game, config.mcts_uct_c, opponent.simulations, evaluator, solve=True,
-                        random_state=np.random.RandomState(seed))
 
 
 class Arena:
@@ -153,72 +115,17 @@ class Arena:
             raise ValueError("the arena parses replies with a reward_mode=legal adapter (see legal_adapter)")
         self.adapter = adapter
         self.settings = settings
+        self.rules = MatchRules(illegal_retries=settings.illegal_retries, max_moves=settings.max_game_moves)
 
     def _new_game(self, case: str, opponent: Opponent, index: int) -> _Game:
-        game = load_game(case)
-        seat = index % game.num_players()
+        seat = index % load_game(case).num_players()
         seed = stable_seed(self.settings.seed, case, opponent.label, index)
-        bots = {p: _make_bot(game, opponent, p, stable_seed(seed, "bot", p), self.adapter.config)
-                for p in range(game.num_players()) if p != seat}
-        return _Game(case, opponent, index, seat, seed, game.new_initial_state(), bots, random.Random(seed))
+        episode = self.adapter.start_episode(case, seed, seat)  # type: ignore[attr-defined]
+        return _Game(case, opponent, index, seed, Match(episode, opponent, self.rules))
 
-    def _finish(self, g: _Game, result: str, **extra: Any) -> None:
-        g.result = result
-        for key, value in extra.items():
-            setattr(g, key, value)
-
-    def _advance(self, g: _Game) -> None:
-        """Play chance and bot moves until the model must move or the game is over."""
-        cap = self.settings.max_game_moves
-        while True:
-            state = g.state
-            if state.is_terminal():
-                returns = [float(r) for r in state.returns()]
-                mine, best_other = returns[g.seat], max(r for p, r in enumerate(returns) if p != g.seat)
-                result = "win" if mine > best_other else "draw" if mine == best_other else "loss"
-                self._finish(g, result, returns=returns)
-                return
-            if state.is_chance_node():
-                actions, probs = zip(*state.chance_outcomes())
-                state.apply_action(g.rng.choices(actions, weights=probs, k=1)[0])
-                continue
-            if cap and g.moves >= cap:
-                self._finish(g, "draw", truncated=True)
-                return
-            player = state.current_player()
-            if player == g.seat:
-                return
-            state.apply_action(g.bots[player].step(state))
-            g.moves += 1
-
-    def _request(self, g: _Game) -> MoveRequest:
-        prompt = self.adapter.position_prompt(g.case, g.state)  # type: ignore[attr-defined]
-        messages = ({"role": "user", "content": prompt}, *g.feedback)
-        moves = tuple(legal_move_actions(g.state))
-        return MoveRequest(messages, moves, stable_seed(g.seed, "move", g.moves, g.attempt))
-
-    def _apply_reply(self, g: _Game, reply: str) -> None:
-        if len(g.replies) < SAMPLES_PER_MATCH:
-            g.replies.append(clip(reply, SAMPLE_CHARS))
-        result = self.adapter.score(g.case, g.state.serialize(), reply)
-        if result.valid and result.parsed is not None:
-            action = legal_move_actions(g.state).get(result.parsed)
-            if action is not None:
-                g.state.apply_action(action)
-                g.moves += 1
-                g.model_moves += 1
-                g.attempt, g.feedback = 0, []
-                return
-        g.rejected += 1
-        reason = result.reason if result.reason and result.reason != "ok" else "illegal_move"
-        if g.attempt < self.settings.illegal_retries:
-            g.attempt += 1
-            g.retries += 1
-            g.feedback = [{"role": "assistant", "content": reply if isinstance(reply, str) else ""},
-                          {"role": "user", "content": f"That reply was rejected ({reason}). End your reply with "
-                           "exactly one legal move from the list, in the form <answer>MOVE</answer>."}]
-            return
-        self._finish(g, "loss", forfeit=reason)
+    def _request(self, g: _Game, turn: TurnRequest) -> MoveRequest:
+        messages = turn.turn_messages if self.settings.context == "turn" else turn.messages
+        return MoveRequest(messages, turn.legal_moves, stable_seed(g.seed, "move", turn.moves_played, turn.attempt))
 
     def play(self, policy: Policy, progress: bool = True) -> dict[str, Any]:
         """Play every game; return per-(case, opponent) results and the skipped pairs."""
@@ -236,21 +143,23 @@ class Arena:
             while active:
                 waiting = []
                 for g in active:
-                    self._advance(g)
-                    if g.done:
+                    turn = g.match.next_request()
+                    if turn is None:
                         bar.update(1)
                     else:
-                        waiting.append(g)
+                        waiting.append((g, turn))
                 if waiting:
-                    replies = policy.respond([self._request(g) for g in waiting])
+                    replies = policy.respond([self._request(g, turn) for g, turn in waiting])
                     if len(replies) != len(waiting):
                         raise RuntimeError(f"policy {policy.name!r} returned {len(replies)} replies for "
                                            f"{len(waiting)} prompts")
-                    for g, reply in zip(waiting, replies):
-                        self._apply_reply(g, reply)
-                        if g.done:
+                    for (g, _), reply in zip(waiting, replies):
+                        if len(g.replies) < SAMPLES_PER_MATCH:
+                            g.replies.append(clip(reply, SAMPLE_CHARS))
+                        g.match.submit(reply)
+                        if g.match.done:
                             bar.update(1)
-                active = [g for g in waiting if not g.done]
+                active = [g for g, _ in waiting if not g.match.done]
         return {"matches": self._summarise(games), "skipped": skipped}
 
     def _summarise(self, games: list[_Game]) -> list[dict[str, Any]]:
@@ -261,16 +170,10 @@ class Arena:
         matches = []
         for (case, label), group in groups.items():
             n = len(group)
-            count = {r: sum(g.result == r for g in group) for r in RESULTS}
-            game = load_game(case)
-            lo, hi = game.min_utility(), game.max_utility()
-
-            def normalised(g: _Game) -> float:
-                if g.returns is None:  # a forfeit scores the worst outcome; a truncated game the middle
-                    return 0.0 if g.forfeit else 0.5
-                return (g.returns[g.seat] - lo) / (hi - lo) if hi > lo else 0.5
-
-            seats = sorted({g.seat for g in group})
+            records = [g.match.record for g in group]
+            results = ["draw" if r.truncated else r.result for r in records]  # a truncated game counts as a draw
+            count = {res: results.count(res) for res in RESULTS}
+            seats = sorted({r.seat for r in records})
             matches.append({
                 "case": case,
                 "opponent": label,
@@ -278,17 +181,17 @@ class Arena:
                 "win": proportion(count["win"], n, conf),
                 "draw": proportion(count["draw"], n, conf),
                 "loss": proportion(count["loss"], n, conf),
-                "forfeit": proportion(sum(g.forfeit is not None for g in group), n, conf),
+                "forfeit": proportion(sum(r.forfeit is not None for r in records), n, conf),
                 "score": (count["win"] + 0.5 * count["draw"]) / n,
-                "mean_normalised_return": sum(normalised(g) for g in group) / n,
-                "truncated": sum(g.truncated for g in group),
-                "model_moves": sum(g.model_moves for g in group),
-                "rejected_replies": sum(g.rejected for g in group),
-                "retries": sum(g.retries for g in group),
-                "mean_game_length": sum(g.moves for g in group) / n,
-                "forfeit_reasons": _count(g.forfeit for g in group if g.forfeit),
-                "by_seat": {str(s): {r: sum(g.result == r for g in group if g.seat == s) for r in RESULTS}
-                            for s in seats},
+                "mean_normalised_return": sum(outcome_value(r, TRUNCATED_VALUE) for r in records) / n,
+                "truncated": sum(r.truncated is not None for r in records),
+                "model_moves": sum(r.model_moves for r in records),
+                "rejected_replies": sum(r.rejected for r in records),
+                "retries": sum(r.retries for r in records),
+                "mean_game_length": sum(r.moves for r in records) / n,
+                "forfeit_reasons": _count(r.forfeit for r in records if r.forfeit),
+                "by_seat": {str(s): {res: sum(result == res for result, r in zip(results, records) if r.seat == s)
+                                     for res in RESULTS} for s in seats},
                 "samples": [r for g in group for r in g.replies][:SAMPLES_PER_MATCH],
             })
         return matches

@@ -46,6 +46,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="extra tries after an illegal/unparseable move before it forfeits (default 0: forfeit)")
     p.add_argument("--max-game-moves", type=int, default=0,
                    help="stop a game after this many moves and count it a draw (0: the game's own end)")
+    p.add_argument("--game-context", default="turn",
+                   help="turn: a fresh prompt each turn (as single-move training); game: the whole game "
+                        "conversation (as full-game training, TASK_MODE=game)")
     p.add_argument("--seed", type=int, default=0, help="seeds games, bots, chance and sampling")
     p.add_argument("--confidence", type=float, default=0.95, help="level of the Wilson intervals")
     p.add_argument("--max-new-tokens", type=int, default=512)
@@ -155,6 +158,16 @@ def resolve_suites(text: str, mixture: EnvMixture) -> list[str]:
     return [s for s in SUITES if s in suites]
 
 
+def single_move_section(env_section: dict[str, Any]) -> dict[str, Any]:
+    """The env section with full-game training settings dropped: held-out tasks are single moves, and the
+    arena's games follow its own flags (--opponents, --illegal-retries, --max-game-moves, --game-context)."""
+    section = dict(env_section or {})
+    if isinstance(section.get("openspiel"), dict):
+        section["openspiel"] = {k: v for k, v in section["openspiel"].items()
+                                if k not in ("task_mode", "game_share", "game")}
+    return section
+
+
 def run(argv: list[str] | None = None) -> int:
     """Parse, evaluate every model, write the outputs. Raises ConfigError on bad input."""
     from .arena import Arena, ArenaSettings, legal_adapter, parse_opponents
@@ -183,14 +196,14 @@ def run(argv: list[str] | None = None) -> int:
         vllm_gpu_memory_utilization=args.vllm_gpu_memory_utilization, vllm_max_model_len=args.vllm_max_model_len,
         vllm_tensor_parallel_size=args.vllm_tensor_parallel_size, vllm_max_lora_rank=args.vllm_max_lora_rank)
     generation.validate()
-    mixture = EnvMixture(env_section, where="env")
+    mixture = EnvMixture(single_move_section(env_section), where="env")
     suites = resolve_suites(args.suites, mixture)
     arena = None
     if "arena" in suites:
         arena_settings = ArenaSettings(games_per_case=args.games_per_case,
                                        opponents=tuple(parse_opponents(args.opponents)),
                                        illegal_retries=args.illegal_retries, max_game_moves=args.max_game_moves,
-                                       seed=args.seed, confidence=args.confidence)
+                                       seed=args.seed, confidence=args.confidence, context=args.game_context)
         arena = Arena(legal_adapter(mixture), arena_settings)
     engine, engine_skipped = engine_adapter(mixture) if "single" in suites else (None, {})
     progress = not args.no_progress
@@ -205,6 +218,7 @@ def run(argv: list[str] | None = None) -> int:
             "opponents": [o.label for o in arena.settings.opponents] if arena else [],
             "illegal_retries": args.illegal_retries,
             "max_game_moves": args.max_game_moves,
+            "game_context": args.game_context,
             "max_new_tokens": args.max_new_tokens,
             "temperature": args.temperature,
             "top_p": args.top_p,

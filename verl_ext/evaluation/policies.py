@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import random
 import re
-import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,11 +21,6 @@ SCRIPTED_KINDS = ("first", "random", "illegal")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
 _TRUE = ("1", "true", "yes")
 _FALSE = ("0", "false", "no")
-
-
-def stable_seed(*parts: object) -> int:
-    """A 31-bit seed from its parts, the same in every process (unlike ``hash``)."""
-    return zlib.crc32("|".join(map(str, parts)).encode()) & 0x7FFFFFFF
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,8 @@ from tqdm import tqdm
 from ..envs import EnvAdapter, Task, make_env
 from ..envs.openspiel_env import load_game
 from ..mixture import EnvMixture
-from .policies import MoveRequest, Policy, clip, respond_all, stable_seed
+from ..seeding import stable_seed
+from .policies import MoveRequest, Policy, clip, respond_all
 from .stats import mean_or_none, proportion
 
 SAMPLES_PER_CASE = 2

@@ -8,6 +8,7 @@ arithmetic, the rollout backend and our env settings. Messages name the script v
 from __future__ import annotations
 
 import argparse
+import importlib
 import importlib.util
 import json
 import os
@@ -33,6 +34,7 @@ SCRIPT_VARIABLE = {
     "actor_rollout_ref.actor.ppo_max_token_len_per_gpu": "MAX_TOKEN_LEN_PER_GPU",
     "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu": "MAX_TOKEN_LEN_PER_GPU",
     "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu": "MAX_TOKEN_LEN_PER_GPU",
+    "actor_rollout_ref.rollout.agent.agent_loop_config_path": "TASK_MODE",
 }
 
 
@@ -145,9 +147,37 @@ def _check_envs(cfg: Any) -> list[str]:
     try:
         parse_split(cfg.data.train_files)
         parse_split(cfg.data.val_files)
-        EnvMixture(cfg.data.get("env"))
+        mixture = EnvMixture(cfg.data.get("env"))
     except ConfigError as err:
         return [str(err)]
+    return _check_game_loop(cfg) if mixture.has_games else []
+
+
+def _check_game_loop(cfg: Any) -> list[str]:
+    """Full-game rows need verl to know the game agent loop (else every rollout fails on an unknown agent_name)."""
+    from omegaconf import OmegaConf
+
+    from ..games import AGENT_LOOP_CONFIG, GAME_AGENT_NAME
+
+    key = "actor_rollout_ref.rollout.agent.agent_loop_config_path"
+    path = OmegaConf.select(cfg, key)
+    hint = f"set it to {AGENT_LOOP_CONFIG} (TASK_MODE=game or mixed in openspiel-ppo.sh does)"
+    if not path:
+        return [f"full-game rows (data.env.openspiel.task_mode) need {key}: {hint}"]
+    if not Path(str(path)).is_file():
+        return [f"{name(key, path)}: no such file; {hint}"]
+    try:
+        entries = {str(e.get("name")): e for e in OmegaConf.load(str(path))}
+    except Exception as err:
+        return [f"{name(key, path)}: cannot read it as a YAML list of agent loops: {err}"]
+    entry = entries.get(GAME_AGENT_NAME)
+    if entry is None:
+        return [f"{name(key, path)}: registers no {GAME_AGENT_NAME!r} agent loop; {hint}"]
+    module, _, attr = str(entry.get("_target_", "")).rpartition(".")
+    try:
+        getattr(importlib.import_module(module), attr)
+    except Exception as err:  # ImportError, AttributeError, or an error raised while importing verl's agent loop
+        return [f"{name(key, path)}: agent loop {entry.get('_target_')!r} does not import: {err}"]
     return []
 
 

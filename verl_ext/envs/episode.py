@@ -1,0 +1,136 @@
+"""The episode protocol: a whole game played turn by turn, beside the single-move task protocol (``base.py``).
+
+An adapter that offers episodes implements ``start_episode(case, seed, seat)``. The episode resolves chance
+nodes itself (from a RNG seeded by ``seed``), shows the player to move its own view of the game, checks a
+reply with the same strict parser as single-move tasks, plays moves, and reports the returns at the end.
+Who controls which seat (the model being trained, a bot, the same model again) is the match's business
+(``verl_ext/games/match.py``), not the episode's.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from .config import ConfigError
+
+OPPONENT_KINDS = ("random", "mcts", "self")
+DEFAULT_MCTS_SIMULATIONS = 200
+_OPPONENT = re.compile(r"^(random|self|mcts(?::(\d+))?)$")
+
+
+@dataclass(frozen=True)
+class MoveCheck:
+    """A reply checked against the current position.
+
+    ``move`` is the parsed answer when the reply is well formed (else None, with the parser's ``reason``);
+    ``legal`` says whether it names a legal move of the player to move (``reason`` is then ``ok``).
+    """
+
+    move: str | None
+    legal: bool
+    reason: str
+
+    @property
+    def format_ok(self) -> bool:
+        return self.move is not None
+
+
+@dataclass(frozen=True)
+class Opponent:
+    """Who plays the other seats: ``random`` (uniform random bot), ``mcts`` (OpenSpiel MCTS with ``simulations``
+    per move) or ``self`` (the policy being trained, in its own context, its tokens never trained on)."""
+
+    kind: str
+    simulations: int = 0
+
+    @property
+    def label(self) -> str:
+        return f"mcts:{self.simulations}" if self.kind == "mcts" else self.kind
+
+    @property
+    def is_bot(self) -> bool:
+        return self.kind != "self"
+
+
+def parse_opponent(text: object, where: str, allowed: tuple[str, ...] = OPPONENT_KINDS) -> Opponent:
+    """``"random"``, ``"mcts:200"`` (``"mcts"`` = 200 simulations) or ``"self"``; the error names ``where``."""
+    value = str(text).strip() if text is not None else ""
+    match = _OPPONENT.match(value)
+    choices = ", ".join("mcts:N" if kind == "mcts" else kind for kind in allowed)
+    if not match or value.split(":")[0] not in allowed:
+        raise ConfigError(f"{where}: unknown opponent {text!r} (use {choices}, e.g. mcts:200)")
+    if value.startswith("mcts"):
+        simulations = int(match.group(2) or DEFAULT_MCTS_SIMULATIONS)
+        if simulations <= 0:
+            raise ConfigError(f"{where}: {text!r} needs a positive number of simulations")
+        return Opponent("mcts", simulations)
+    return Opponent(value)
+
+
+@runtime_checkable
+class Episode(Protocol):
+    """One game in progress. ``seat`` is the trained policy's seat; chance nodes never show."""
+
+    case: str
+    seed: int
+    seat: int
+    num_players: int
+
+    def is_over(self) -> bool:
+        """True once the game has ended by its own rules."""
+        ...
+
+    def current_player(self) -> int:
+        """The player to move (only while the game is not over)."""
+        ...
+
+    def moves_played(self) -> int:
+        """Moves made by all players so far (chance outcomes not counted)."""
+        ...
+
+    def prompt(self, compact: bool = False) -> str:
+        """The prompt for the player to move: its own view and its legal moves (``compact``: no instructions)."""
+        ...
+
+    def legal_moves(self) -> tuple[str, ...]:
+        """The legal moves of the player to move, as the model must write them."""
+        ...
+
+    def check(self, reply: object) -> MoveCheck:
+        """Parse ``reply`` (any object, any size) for the player to move; never raises, changes nothing."""
+        ...
+
+    def play(self, move: str) -> None:
+        """Play a legal ``move`` (as returned by ``check``) for the player to move, then resolve chance."""
+        ...
+
+    def play_bot(self, opponent: Opponent) -> str:
+        """Let the bot ``opponent`` move for the player to move; returns the move played."""
+        ...
+
+    def play_random(self) -> str:
+        """Play a uniformly random legal move (seeded) for the player to move; returns it."""
+        ...
+
+    def returns(self) -> list[float]:
+        """Every player's return (meaningful once the game is over)."""
+        ...
+
+    def normalised_return(self, player: int) -> float:
+        """``player``'s return mapped to [0, 1] by the game's utility range (win 1, draw 0.5, loss 0)."""
+        ...
+
+
+@runtime_checkable
+class EpisodeEnv(Protocol):
+    """An adapter that can also play whole games."""
+
+    def start_episode(self, case: str, seed: int, seat: int) -> Episode:
+        """A new game of ``case``, deterministic in ``seed``, with the trained policy in ``seat``."""
+        ...
+
+    def opponent_problem(self, case: str, opponent: Opponent) -> str | None:
+        """Why ``opponent`` cannot play ``case`` (e.g. MCTS needs terminal rewards), else None."""
+        ...

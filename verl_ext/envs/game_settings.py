@@ -1,0 +1,47 @@
+"""Settings of full-game rows (``data.env.<env>.game.*``): opponent, forfeit rules, caps, reward terms."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .config import ConfigError
+from .episode import Opponent, parse_opponent
+
+FOLLOWUP_PROMPTS = ("full", "compact")
+
+
+@dataclass
+class GameSettings:
+    """How a full game is played and scored (``data.env.openspiel.game.*``; docs/games.md explains each)."""
+
+    opponent: str = "random"          # random | mcts:N | self
+    illegal_retries: int = 1          # extra tries at a turn after an unparseable or illegal reply, then forfeit
+    max_moves: int = 0                # stop the game after this many moves of all players (0: no cap)
+    max_tokens_per_turn: int = 256    # generation budget of one reply
+    followup_prompt: str = "full"     # full: every turn shows the single-move prompt; compact: without instructions
+    truncated_reward: float = 0.0     # outcome value of a game stopped by a cap or the token budget
+    format_weight: float = 0.0        # share of the reward for the rate of well-formed replies
+    legal_weight: float = 0.0         # share of the reward for the rate of legal replies
+
+    def validate(self, where: str) -> None:
+        parse_opponent(self.opponent, f"{where}.opponent")
+        for key in ("illegal_retries", "max_moves"):
+            if getattr(self, key) < 0:
+                raise ConfigError(f"{where}.{key}: must be >= 0, got {getattr(self, key)!r}")
+        if self.max_tokens_per_turn <= 0:
+            raise ConfigError(f"{where}.max_tokens_per_turn: must be > 0, got {self.max_tokens_per_turn!r}")
+        if self.followup_prompt not in FOLLOWUP_PROMPTS:
+            raise ConfigError(f"{where}.followup_prompt: unknown value {self.followup_prompt!r} "
+                              f"(choose from {FOLLOWUP_PROMPTS})")
+        if not 0.0 <= self.truncated_reward <= 1.0:
+            raise ConfigError(f"{where}.truncated_reward: must be in [0, 1], got {self.truncated_reward!r}")
+        for key in ("format_weight", "legal_weight"):
+            if getattr(self, key) < 0.0:
+                raise ConfigError(f"{where}.{key}: must be >= 0, got {getattr(self, key)!r}")
+        if self.format_weight + self.legal_weight >= 1.0:
+            raise ConfigError(f"{where}.format_weight + legal_weight: must be < 1 (the rest rewards the outcome), "
+                              f"got {self.format_weight} + {self.legal_weight}")
+
+    @property
+    def opponent_spec(self) -> Opponent:
+        return parse_opponent(self.opponent, "game.opponent")

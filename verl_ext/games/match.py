@@ -1,0 +1,232 @@
+"""The one game loop: who moves, what each policy-controlled player sees, and what a reply does.
+
+Training (``agent_loop.py``: async, one game per sample, replies from verl's rollout server) and the eval
+arena (``verl_ext/evaluation/arena.py``: many games in lockstep, replies from a batch policy) both drive a
+``Match``; neither has rules of its own. The driver asks ``next_request()`` (chance and bot moves are played
+inside it; ``None`` = the game is over), gets a reply for that player, and hands it to ``submit()``:
+
+- a legal move is played;
+- an unparseable or illegal reply is shown back with a short correction message up to
+  ``illegal_retries`` times at that turn; after that the trained policy forfeits (a loss), while a
+  self-play opponent gets a seeded random legal move instead (so its mistakes do not hand out wins);
+- ``max_moves`` (moves of all players) stops the game as truncated; a driver stops it as truncated
+  too when its token budget runs out (``truncate``).
+
+Each policy-controlled player keeps its own conversation: its first prompt, its replies, then one user
+message per later turn (the position prompt, compact if the rules say so) or per correction.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from ..envs.episode import Episode, Opponent
+from ..envs.game_settings import GameSettings
+
+CORRECTION = ("That reply was rejected ({reason}). End your reply with exactly one legal move from the list, "
+              "in the form <answer>MOVE</answer>.")
+ACCEPTED, RETRY, FORFEIT, FALLBACK = "accepted", "retry", "forfeit", "fallback"
+Message = dict[str, str]
+
+
+@dataclass(frozen=True)
+class MatchRules:
+    """The rules of play a match enforces (the reward terms live in ``GameSettings``)."""
+
+    illegal_retries: int = 0
+    max_moves: int = 0
+    compact_followups: bool = False
+
+    @classmethod
+    def from_settings(cls, settings: GameSettings) -> MatchRules:
+        return cls(settings.illegal_retries, settings.max_moves, settings.followup_prompt == "compact")
+
+
+@dataclass(frozen=True)
+class TurnRequest:
+    """A policy-controlled player must reply.
+
+    ``messages`` is the player's whole conversation so far (it ends with a user message); ``turn_messages``
+    only this turn's: the full position prompt, then any rejected replies with their corrections.
+    """
+
+    player: int
+    learner: bool
+    attempt: int
+    messages: tuple[Message, ...]
+    turn_messages: tuple[Message, ...]
+    legal_moves: tuple[str, ...]
+    moves_played: int
+
+
+@dataclass
+class GameRecord:
+    """What happened in one game, from the trained policy's seat. JSON-ready via ``to_dict``."""
+
+    case: str
+    seed: int
+    seat: int
+    opponent: str
+    result: str | None = None         # win / draw / loss (by the rules or a forfeit); None while running or truncated
+    forfeit: str | None = None        # the rejection reason that lost the game
+    truncated: str | None = None      # why the game was stopped: move_cap, response_budget, ...
+    returns: list[float] | None = None
+    normalised_return: float | None = None  # the seat's return in [0, 1], when the game ended by its rules
+    moves: int = 0                    # moves of all players
+    model_turns: int = 0              # replies of the trained policy, rejected ones included
+    model_moves: int = 0              # its moves played (= legal replies)
+    format_ok: int = 0                # its well-formed replies
+    rejected: int = 0
+    retries: int = 0
+    model_tokens: int = 0             # tokens it generated (set by the training driver)
+    opponent_replies: int = 0         # self-play only
+    opponent_rejected: int = 0
+    opponent_fallbacks: int = 0
+
+    @property
+    def done(self) -> bool:
+        return self.result is not None or self.truncated is not None
+
+    @property
+    def outcome(self) -> str:
+        """``win``, ``draw``, ``loss`` (forfeits included), ``truncated``, or ``running``."""
+        if self.truncated is not None:
+            return "truncated"
+        return self.result or "running"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> GameRecord:
+        known = {f for f in cls.__dataclass_fields__}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+@dataclass
+class _Turn:
+    player: int
+    attempt: int = 0
+    messages: list[Message] = field(default_factory=list)
+
+
+class Match:
+    """A game between the trained policy (seat ``episode.seat``) and ``opponent`` in every other seat."""
+
+    def __init__(self, episode: Episode, opponent: Opponent, rules: MatchRules) -> None:
+        self.episode = episode
+        self.opponent = opponent
+        self.rules = rules
+        self.record = GameRecord(episode.case, episode.seed, episode.seat, opponent.label)
+        self._conversations: dict[int, list[Message]] = defaultdict(list)
+        self._turns_taken: dict[int, int] = defaultdict(int)
+        self._turn: _Turn | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.record.done
+
+    def controls(self, player: int) -> bool:
+        """Whether ``player``'s moves come from the policy (the trained seat, and every seat in self-play)."""
+        return player == self.episode.seat or not self.opponent.is_bot
+
+    def conversation(self, player: int) -> tuple[Message, ...]:
+        return tuple(self._conversations[player])
+
+    def next_request(self) -> TurnRequest | None:
+        """Play chance and bot moves until a policy-controlled player must reply; None once the game is over.
+
+        Bots search here (OpenSpiel MCTS can take a while): async drivers call this in an executor.
+        """
+        if self.done:
+            return None
+        if self._turn is None:
+            episode = self.episode
+            while True:
+                if episode.is_over():
+                    self._finish_by_rules()
+                    return None
+                if self.rules.max_moves and episode.moves_played() >= self.rules.max_moves:
+                    self.truncate("move_cap")
+                    return None
+                if self.controls(episode.current_player()):
+                    break
+                episode.play_bot(self.opponent)
+                self.record.moves = episode.moves_played()
+            player = episode.current_player()
+            compact = self.rules.compact_followups and self._turns_taken[player] > 0
+            self._conversations[player].append({"role": "user", "content": episode.prompt(compact)})
+            self._turn = _Turn(player, 0, [{"role": "user", "content": episode.prompt()}])
+        return self._request()
+
+    def _request(self) -> TurnRequest:
+        turn = self._turn
+        assert turn is not None
+        return TurnRequest(turn.player, turn.player == self.episode.seat, turn.attempt,
+                           tuple(self._conversations[turn.player]), tuple(turn.messages),
+                           self.episode.legal_moves(), self.episode.moves_played())
+
+    def submit(self, reply: object) -> str:
+        """Apply the awaited player's ``reply`` (any object); returns accepted, retry, forfeit or fallback."""
+        turn = self._turn
+        if turn is None or self.done:
+            raise RuntimeError("submit() without a pending request; call next_request() first")
+        record, learner = self.record, turn.player == self.episode.seat
+        check = self.episode.check(reply)
+        if learner:
+            record.model_turns += 1
+            record.format_ok += int(check.format_ok)
+        else:
+            record.opponent_replies += 1
+        said: Message = {"role": "assistant", "content": reply if isinstance(reply, str) else ""}
+        self._conversations[turn.player].append(said)
+        turn.messages.append(said)
+        if check.legal and check.move is not None:
+            self.episode.play(check.move)
+            self._end_turn(turn.player)
+            if learner:
+                record.model_moves += 1
+            return ACCEPTED
+        if learner:
+            record.rejected += 1
+        else:
+            record.opponent_rejected += 1
+        if turn.attempt < self.rules.illegal_retries:
+            turn.attempt += 1
+            if learner:
+                record.retries += 1
+            correction: Message = {"role": "user", "content": CORRECTION.format(reason=check.reason)}
+            self._conversations[turn.player].append(correction)
+            turn.messages.append(correction)
+            return RETRY
+        if learner:
+            self._turn = None
+            record.result, record.forfeit = "loss", check.reason
+            return FORFEIT
+        self.episode.play_random()
+        record.opponent_fallbacks += 1
+        self._end_turn(turn.player)
+        return FALLBACK
+
+    def _end_turn(self, player: int) -> None:
+        self._turns_taken[player] += 1
+        self._turn = None
+        self.record.moves = self.episode.moves_played()
+
+    def truncate(self, reason: str) -> None:
+        """Stop an unfinished game (a cap or a driver's budget); it is scored as configured, never as a win."""
+        if not self.done:
+            self.record.truncated = reason
+            self._turn = None
+
+    def _finish_by_rules(self) -> None:
+        episode, record = self.episode, self.record
+        returns = episode.returns()
+        mine = returns[episode.seat]
+        best_other = max((r for p, r in enumerate(returns) if p != episode.seat), default=mine)
+        record.result = "win" if mine > best_other else "draw" if mine == best_other else "loss"
+        record.returns = returns
+        record.normalised_return = episode.normalised_return(episode.seat)
+        record.moves = episode.moves_played()

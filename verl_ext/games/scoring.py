@@ -1,0 +1,65 @@
+"""The reward of a played game and its per-sample metrics (the same keys for single-move rows, as zeros)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..envs.game_settings import GameSettings
+from .match import GameRecord
+
+# Per-sample metrics every reward call returns (verl takes the metric keys from the first sample of a batch).
+GAME_METRIC_KEYS = ("game", "win", "draw", "loss", "forfeit", "truncated", "game_moves", "model_turns",
+                    "model_tokens", "rejected_replies")
+
+
+@dataclass(frozen=True)
+class GameScore:
+    """``score = (1 - fw - lw) * outcome + fw * format_rate + lw * legal_rate`` (fw/lw: format/legal weight)."""
+
+    score: float
+    outcome: float
+    format_rate: float
+    legal_rate: float
+
+
+def outcome_value(record: GameRecord, truncated_reward: float) -> float:
+    """The seat's normalised return (win 1, draw 0.5, loss 0); a forfeit 0; a truncated game ``truncated_reward``."""
+    if record.forfeit is not None:
+        return 0.0
+    if record.truncated is not None or record.normalised_return is None:
+        return truncated_reward
+    return min(1.0, max(0.0, float(record.normalised_return)))
+
+
+def score_game(record: GameRecord, settings: GameSettings) -> GameScore:
+    """The training reward of a finished (or truncated) game, in [0, 1]."""
+    turns = max(1, record.model_turns)
+    format_rate = record.format_ok / turns if record.model_turns else 0.0
+    legal_rate = record.model_moves / turns if record.model_turns else 0.0
+    outcome = outcome_value(record, settings.truncated_reward)
+    fw, lw = settings.format_weight, settings.legal_weight
+    score = (1.0 - fw - lw) * outcome + fw * format_rate + lw * legal_rate
+    return GameScore(min(1.0, max(0.0, score)), outcome, format_rate, legal_rate)
+
+
+def game_metrics(record: GameRecord | None) -> dict[str, float]:
+    """``GAME_METRIC_KEYS`` for one sample: the game's counts and outcome flags, all 0 for a single-move row.
+
+    win/draw/loss follow the game's rules (a forfeit is a loss and also counts in ``forfeit``); a truncated
+    game counts in ``truncated`` only, so win + draw + loss + truncated = 1 per game.
+    """
+    if record is None:
+        return {key: 0.0 for key in GAME_METRIC_KEYS}
+    outcome = record.outcome
+    return {
+        "game": 1.0,
+        "win": float(outcome == "win"),
+        "draw": float(outcome == "draw"),
+        "loss": float(outcome == "loss"),
+        "forfeit": float(record.forfeit is not None),
+        "truncated": float(outcome == "truncated"),
+        "game_moves": float(record.moves),
+        "model_turns": float(record.model_turns),
+        "model_tokens": float(record.model_tokens),
+        "rejected_replies": float(record.rejected),
+    }
