@@ -49,5 +49,5 @@ if [[ "$NNODES" != "1" ]]; then
   echo "NNODES: sft.sh runs torchrun --standalone on one node; got NNODES=$NNODES" >&2
   exit 2
 fi
-LAUNCHER=(torchrun --standalone --nnodes=1 --nproc_per_node="$N_GPUS_PER_NODE")
+LAUNCHER=("$PYTHON" -m torch.distributed.run --standalone --nnodes=1 --nproc_per_node="$N_GPUS_PER_NODE")
 launch sft_trainer_engine verl.trainer.sft_trainer "${ARGS[@]}" ${OVERRIDES[@]+"${OVERRIDES[@]}"}
