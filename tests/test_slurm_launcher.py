@@ -11,6 +11,7 @@ import os
 import shlex
 import socket
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -86,7 +87,8 @@ def test_one_node_and_the_head_ip_lookup(tmp_path):
                       "| grep -v '^127\\.' | grep -m1 -E '^[0-9.]+$')")
     assert "--head --node-ip-address=${HEAD_IP} --port=6379 --num-gpus=4 --block &" in head
     assert "--cpus-per-task" not in head and "--num-cpus" not in head
-    assert wait_head.endswith("--address ${HEAD_IP}:6379 --timeout 300 --logs " + f"{REPO}/logs/slurm-42 --nodes 1 --gpus 4")
+    logs = f"{REPO}/logs/slurm-42"
+    assert wait_head.endswith(f"--address ${{HEAD_IP}}:6379 --timeout 300 --logs {logs} --nodes 1 --gpus 4")
     assert train.endswith("bash train/scripts/logic-grpo.sh trainer.nnodes=1 trainer.n_gpus_per_node=4")
     cfg = compose("ppo_trainer", shlex.split(main_ppo)[3:])
     assert (cfg.trainer.nnodes, cfg.trainer.n_gpus_per_node) == (1, 4)
@@ -167,3 +169,26 @@ def test_wait_knocks_before_ray_init(capsys):
     with pytest.raises(SystemExit):
         ray_cluster.main(["wait", "--address", "h:1", "--nodes", "0", "--gpus", "8"])
     assert "--nodes 0: expected at least 1" in capsys.readouterr().err
+
+
+def test_a_python_without_ray_stops_before_any_srun(tmp_path):
+    """For real (no --dry-run): the interpreter check runs before the first job step."""
+    bare = tmp_path / "python-without-verl"
+    bare.write_text(f"#!/bin/sh\nexec {sys.executable} -S \"$@\"\n")
+    bare.chmod(0o755)
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "srun").write_text(f"#!/bin/sh\ntouch {tmp_path / 'srun-ran'}\n")
+    (tmp_path / "bin" / "srun").chmod(0o755)
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM", "RAY_", "PYTHONPATH"))}
+    environ.update(PATH=f"{tmp_path / 'bin'}:{os.environ['PATH']}", SLURM_JOB_NODELIST="gpu01", SLURM_JOB_ID="7",
+                   SLURM_GPUS_ON_NODE="8", PYTHON=str(bare), LOG_DIR=str(tmp_path / "logs"))  # fmt: skip
+    (tmp_path / "bin" / "scontrol").write_text(FAKE_SCONTROL)
+    (tmp_path / "bin" / "scontrol").chmod(0o755)
+    result = subprocess.run(["bash", str(SBATCH), "train/scripts/openspiel-ppo.sh"], capture_output=True, text=True,
+                            env=environ, cwd=tmp_path, timeout=60)  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    assert "cannot import ray, verl, vllm (for ROLLOUT_BACKEND=vllm)." in result.stderr
+    assert "PYTHON=/path/to/venv/bin/python sbatch train/slurm/multinode.sbatch train/scripts/openspiel-ppo.sh" in (
+        result.stderr
+    )
+    assert not (tmp_path / "srun-ran").exists() and "Traceback" not in result.stderr

@@ -179,7 +179,8 @@ def test_documented_switches_compose_and_pass_verl_validation(label, env, profil
     tp = int(env.get("TENSOR_PARALLEL_SIZE", "1"))
     assert rollout.name == env.get("ROLLOUT_BACKEND", "vllm") and rollout.tensor_model_parallel_size == tp
     gpus = int(env.get("N_GPUS_PER_NODE", "1")) * int(env.get("NNODES", "1"))
-    assert cfg.trainer.n_gpus_per_node * cfg.trainer.nnodes == gpus and rollout.n_gpus_per_node == gpus // cfg.trainer.nnodes
+    assert cfg.trainer.n_gpus_per_node * cfg.trainer.nnodes == gpus
+    assert rollout.n_gpus_per_node == cfg.trainer.n_gpus_per_node
     assert gpus % tp == 0, "verl/workers/rollout/replica.py: one replica per TP group"
     assert arr.rollout.load_format == "safetensors" and arr.rollout.mode == "async"
 
@@ -196,7 +197,8 @@ def test_verl_rollouts_list_matches_verls_registry():
 @pytest.mark.parametrize(("env", "extra", "environ", "message"), [
     ({"ROLLOUT_BACKEND": "sglang"}, [], {"SGLANG_IS_FLASHINFER_AVAILABLE": "false"},
      "ROLLOUT_BACKEND=sglang: verl starts SGLang 0.5.12 with attention_backend=flashinfer unless told otherwise, but "
-     "SGLANG_IS_FLASHINFER_AVAILABLE=false; add +actor_rollout_ref.rollout.engine_kwargs.sglang.attention_backend=triton"),
+     "SGLANG_IS_FLASHINFER_AVAILABLE=false; add "
+     "+actor_rollout_ref.rollout.engine_kwargs.sglang.attention_backend=triton"),
     ({"ROLLOUT_BACKEND": "sglang", "LORA_TARGET_MODULES": "q_proj"}, [], {},
      "LORA_TARGET_MODULES (actor_rollout_ref.model.target_modules=q_proj): SGLang serves LoRA only for all-linear"),
     ({"NNODES": "2", "N_GPUS_PER_NODE": "8"}, [], {},

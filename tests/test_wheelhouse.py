@@ -321,7 +321,8 @@ def test_unknown_target_name_lists_the_bundled_ones() -> None:
         load_target("h200-nope")
 
 
-@pytest.mark.parametrize(("target_name", "extra"), [("h100-py312-cu130", "vllm"), ("h100-py312-cu130-sglang", "sglang")])
+@pytest.mark.parametrize(("target_name", "extra"),
+                         [("h100-py312-cu130", "vllm"), ("h100-py312-cu130-sglang", "sglang")])
 def test_bundled_target_pins_agree_with_pyproject(target_name: str, extra: str) -> None:
     """A target brings exactly the versions pyproject.toml pins (its rollout extra included) and satisfies every
     runtime dependency; pyproject's [tool.uv] overrides win over a dependency's own pin, as an [accept]ed mismatch."""
@@ -480,7 +481,8 @@ def test_parse_filename() -> None:
 def test_scan_classifies_import_sites(tmp_path: Path) -> None:
     pkg = tmp_path / "src" / "app"
     pkg.mkdir(parents=True)
-    (pkg / "__init__.py").write_text("from . import engine\ntry:\n    from . import optional\nexcept ImportError:\n    pass\n")
+    guarded = "try:\n    from . import optional\nexcept ImportError:\n    pass\n"
+    (pkg / "__init__.py").write_text("from . import engine\n" + guarded)
     (pkg / "optional.py").write_text("import heavy.opt\n")
     (pkg / "engine.py").write_text(textwrap.dedent("""
         import os
@@ -519,7 +521,8 @@ def test_scan_classifies_import_sites(tmp_path: Path) -> None:
 def test_scan_imports_cli_labels_certain_and_guarded_paths(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     pkg = tmp_path / "src" / "app"
     pkg.mkdir(parents=True)
-    (pkg / "__init__.py").write_text("from . import core\ntry:\n    from . import extra\nexcept ImportError:\n    pass\n")
+    guarded = "try:\n    from . import extra\nexcept ImportError:\n    pass\n"
+    (pkg / "__init__.py").write_text("from . import core\n" + guarded)
     (pkg / "core.py").write_text("import heavy\n")
     (pkg / "extra.py").write_text("import heavy.extra\n")
     target = _write_target(tmp_path, MINIMAL)

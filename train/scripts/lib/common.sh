@@ -8,6 +8,7 @@ PYTHON="${PYTHON:-python3}"  # one interpreter for the pre-flight, the launcher 
 # The command before `-m <module>`; empty: "$PYTHON", read when launching (so PYTHON from .env counts).
 # sft.sh: "$PYTHON" -m torch.distributed.run ... (torchrun's workers then run that same interpreter).
 LAUNCHER=()
+COMMAND_HINT="bash $0"  # how the user ran us, repeated in the interpreter check's advice
 
 # .env holds secrets (HF_TOKEN, WANDB_API_KEY): exported to the run, never printed.
 load_dotenv() {
@@ -182,7 +183,7 @@ require_python() {
     echo "  Set PYTHON=/path/to/venv/bin/python, or activate the venv where verl-ext is installed." >&2
     exit 2
   fi
-  "$PYTHON" "$REPO_ROOT/verl_ext/launch/interpreter.py" --python-var "$PYTHON" --command "bash $0" \
+  "$PYTHON" "$REPO_ROOT/verl_ext/launch/interpreter.py" --python-var "$PYTHON" --command "$COMMAND_HINT" \
     --extra "$extra" --repo-root "$REPO_ROOT" "$@" || rc=$?
   if (( rc == 2 )); then exit 2; fi
   if (( rc != 0 )); then
