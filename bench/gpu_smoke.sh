@@ -15,6 +15,9 @@ export PYTHONPATH="$SITE:$PWD" VLLM_USE_FLASHINFER_SAMPLER=0 RAY_AUTH_MODE=disab
 export HF_HUB_OFFLINE=1 WANDB_MODE=offline TOKENIZERS_PARALLELISM=false
 export RUN_PROFILE=smoke MODEL_PATH="$MODEL_DIR" GAME_TYPES="${GAME_TYPES:-tic_tac_toe,connect_four}"
 export EXPERIMENT_NAME=gpu-smoke CHECKPOINT_DIR="$WORK/checkpoints" LOG_DIR="$OUT" LOGGERS='[console,file]'
+# System libraries carried next to the wheels when the image lacks them (docs/wheelhouse.md: libnuma.so.1 for
+# sgl_kernel): the loader looks there first.
+if [[ -d "$SITE/sysdeps" ]]; then export LD_LIBRARY_PATH="$SITE/sysdeps${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"; fi
 BACKEND_ARGS=()
 if [[ "${ROLLOUT_BACKEND:-vllm}" == sglang ]]; then
   export SGLANG_IS_FLASHINFER_AVAILABLE=false

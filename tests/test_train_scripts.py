@@ -209,6 +209,9 @@ def test_verl_rollouts_list_matches_verls_registry():
      "ROLLOUT_BACKEND (actor_rollout_ref.rollout.name=hf): verl 0.9.1 builds only vllm, sglang, trtllm rollouts"),
     ({"N_GPUS_PER_NODE": "3", "TENSOR_PARALLEL_SIZE": "2"}, [], {},
      "TENSOR_PARALLEL_SIZE (actor_rollout_ref.rollout.tensor_model_parallel_size=2) must divide N_GPUS_PER_NODE"),
+    ({"USE_DYNAMIC_BSZ": "0", "TRAIN_BATCH_SIZE": "8", "PPO_MINI_BATCH_SIZE": "16"}, [], {},
+     "verl's validate_config rejects the config: ValueError: train_batch_size (8) must be >= "
+     "actor.ppo_mini_batch_size (16)"),
 ])  # fmt: skip
 def test_preflight_stops_switch_combinations_verl_would_fail_on(env, extra, environ, message):
     cfg = compose("ppo_trainer", overrides_of(dry_run("openspiel-ppo.sh", *extra, RUN_PROFILE="smoke", **env)))

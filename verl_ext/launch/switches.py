@@ -116,7 +116,7 @@ def verl_validate(cfg: Any) -> list[str]:
             warnings.simplefilter("ignore")  # "Disabled critic as algorithm.adv_estimator != gae": expected for GRPO
             with redirect_stdout(devnull):  # its "[validate_config] All configuration checks passed" line
                 validate_config(cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
-    except (AssertionError, ValueError, TypeError) as err:
-        return [f"verl's validate_config rejects the config: {err}"]
+    except Exception as err:  # whatever it raises, main_ppo would raise too, minutes later on the GPU node
+        return [f"verl's validate_config rejects the config: {type(err).__name__}: {err}"]
     return []
 
