@@ -3,6 +3,9 @@
 # Qwen2.5-0.5B-shaped model, run smoke GRPO (LoRA, FSDP2, vLLM) for 5 steps with a checkpoint, merge it,
 # evaluate base vs trained, then resume for 2 more steps. Logs and per-step metrics go to $OUT.
 #   bash bench/gpu_smoke.sh install|model|train|merge|eval|resume|summary|pack|all
+# The switches pass through to openspiel-ppo.sh (ENABLE_LORA=0, FSDP_STRATEGY=fsdp, N_GPUS_PER_NODE=2,
+# TENSOR_PARALLEL_SIZE=2, ...). ROLLOUT_BACKEND=sglang (the h100-py312-cu130-sglang chunks in $SITE) runs SGLang
+# without FlashInfer kernels, as that target's [env] says: PyTorch sampling and triton attention.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 : "${OUT:=outputs/gpu_smoke}" "${CHUNKS:=/tmp/chunks}" "${SITE:=/tmp/site}" "${MODEL_DIR:=/tmp/qwen2.5-0.5b-random}"
@@ -12,6 +15,14 @@ export PYTHONPATH="$SITE:$PWD" VLLM_USE_FLASHINFER_SAMPLER=0 RAY_AUTH_MODE=disab
 export HF_HUB_OFFLINE=1 WANDB_MODE=offline TOKENIZERS_PARALLELISM=false
 export RUN_PROFILE=smoke MODEL_PATH="$MODEL_DIR" GAME_TYPES="${GAME_TYPES:-tic_tac_toe,connect_four}"
 export EXPERIMENT_NAME=gpu-smoke CHECKPOINT_DIR="$WORK/checkpoints" LOG_DIR="$OUT" LOGGERS='[console,file]'
+# System libraries carried next to the wheels when the image lacks them (docs/wheelhouse.md: libnuma.so.1 for
+# sgl_kernel): the loader looks there first.
+if [[ -d "$SITE/sysdeps" ]]; then export LD_LIBRARY_PATH="$SITE/sysdeps${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"; fi
+BACKEND_ARGS=()
+if [[ "${ROLLOUT_BACKEND:-vllm}" == sglang ]]; then
+  export SGLANG_IS_FLASHINFER_AVAILABLE=false
+  BACKEND_ARGS=(+actor_rollout_ref.rollout.engine_kwargs.sglang.attention_backend=triton)
+fi
 
 step_install() {
   python3 -m verl_ext.wheelhouse install --chunks "$CHUNKS" --target-dir "$SITE" 2>&1 | tail -5
@@ -26,22 +37,26 @@ step_model() {
 }
 step_train() {
   VERL_FILE_LOGGER_PATH="$OUT/metrics_train.jsonl" VERL_EXT_SAMPLE_LOG="$OUT/samples_train.jsonl" bash train/scripts/openspiel-ppo.sh \
-    trainer.total_training_steps=5 trainer.save_freq=5 "$@"
+    trainer.total_training_steps=5 trainer.save_freq=5 ${BACKEND_ARGS[@]+"${BACKEND_ARGS[@]}"} "$@"
 }
 step_merge() {
-  python3 -m verl_ext.merge.cli "$CHECKPOINT_DIR" -o "$WORK/merged" --merge-lora --verify --force --no-progress \
-    2>&1 | tee "$OUT/merge.log"
+  local lora=(--merge-lora)
+  if [[ "${ENABLE_LORA:-1}" == 0 ]]; then lora=(); fi  # a full fine-tune has no adapter to merge
+  python3 -m verl_ext.merge.cli "$CHECKPOINT_DIR" -o "$WORK/merged" ${lora[@]+"${lora[@]}"} --verify --force \
+    --no-progress 2>&1 | tee "$OUT/merge.log"
   find "$WORK/merged" -maxdepth 2 -printf "%p %s\n" > "$OUT/merged_files.txt"
 }
 step_eval() {
+  local trained="$MODEL_DIR,adapter=$WORK/merged/lora_adapter"
+  if [[ "${ENABLE_LORA:-1}" == 0 ]]; then trained="$WORK/merged"; fi  # a full fine-tune merges to a whole model
   python3 -m verl_ext.cli eval --set "openspiel.game_types=[${GAME_TYPES}]" --set val_tasks_per_case=64 \
-    --models base="$MODEL_DIR" trained="$MODEL_DIR,adapter=$WORK/merged/lora_adapter" random=scripted:random \
+    --models base="$MODEL_DIR" trained="$trained" random=scripted:random \
     --games-per-case 20 --opponents random,mcts:50 --max-new-tokens 64 --backend "${EVAL_BACKEND:-auto}" \
     --no-progress --out "$OUT/eval" "$@" 2>&1 | tee "$OUT/eval.log"
 }
 step_resume() {
   VERL_FILE_LOGGER_PATH="$OUT/metrics_resume.jsonl" VERL_EXT_SAMPLE_LOG="$OUT/samples_resume.jsonl" bash train/scripts/openspiel-ppo.sh \
-    trainer.total_training_steps=7 trainer.save_freq=7 "$@"
+    trainer.total_training_steps=7 trainer.save_freq=7 ${BACKEND_ARGS[@]+"${BACKEND_ARGS[@]}"} "$@"
 }
 step_summary() {
   local metrics=()

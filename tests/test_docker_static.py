@@ -281,6 +281,7 @@ ALLOWED = {
     "TRL_SITE": "bench/gpu_smoke.sh: where the harness installs the TRL peer (kept apart from verl)",
     "STEPS": "bench/train_speed.sh: optimizer steps of the speed benchmark (a bench setting, not a training one)",
     "PYTHONPATH": "standard Python variable; bench scripts extend it for their subprocesses",
+    "SLURMD_NODENAME": "set by Slurm: the node a batch script runs on (multinode.sbatch puts the Ray head there)",
 }
 ALLOWED_PREFIXES = {
     "SLURM_": "set by Slurm inside a job",

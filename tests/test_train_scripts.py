@@ -30,7 +30,8 @@ def dry_run(script: str, *overrides: str, **env: str) -> list[str]:
 
 
 def overrides_of(argv: list[str]) -> list[str]:
-    index = argv.index("-m")
+    """The Hydra overrides after `-m verl.trainer.<module>` (sft.sh has `-m torch.distributed.run` before it)."""
+    index = next(i for i, arg in enumerate(argv[:-1]) if arg == "-m" and argv[i + 1].startswith("verl.trainer."))
     return argv[index + 2:]
 
 
@@ -105,10 +106,10 @@ def test_extra_arguments_pass_through_as_overrides():
 
 
 def test_sft_command_composes():
-    argv = dry_run("sft.sh", MODEL_PATH="/models/qwen", PYTHON="/venv/bin/python")
-    assert argv[:3] == ["/venv/bin/python", "-m", "torch.distributed.run"]  # the interpreter the scripts use
-    assert argv[argv.index("verl.trainer.sft_trainer") - 1] == "-m"
-    cfg = compose("sft_trainer_engine", argv[argv.index("verl.trainer.sft_trainer") + 1:])
+    argv = dry_run("sft.sh", MODEL_PATH="/models/qwen", PYTHON="/opt/venv/bin/python")
+    # torchrun through the scripts' own interpreter: a `torchrun` on PATH may belong to another environment
+    assert argv[:3] == ["/opt/venv/bin/python", "-m", "torch.distributed.run"] and "verl.trainer.sft_trainer" in argv
+    cfg = compose("sft_trainer_engine", overrides_of(argv))
     assert cfg.model.lora_rank == 32 and cfg.data.messages_key == "messages" and cfg.engine.strategy == "fsdp2"
 
 
@@ -181,3 +182,98 @@ def test_invalid_task_mode_is_refused():
     result = subprocess.run(["bash", str(REPO / "train/scripts/openspiel-ppo.sh"), "--dry-run"],
                             capture_output=True, text=True, env={**os.environ, "TASK_MODE": "games"})
     assert result.returncode == 2 and "TASK_MODE must be move, game or mixed, got 'games'" in result.stderr
+# ---------------------------------------------------------------------------------------------------------------
+# The documented switches, alone and combined, against verl 0.9.1's own config code
+# ---------------------------------------------------------------------------------------------------------------
+HEAD = {"RAY_ADDRESS": "10.0.0.1:6379"}  # what train/slurm/multinode.sbatch exports for a multi-node run
+SWITCHES = [
+    ("full fine-tune", {"ENABLE_LORA": "0"}, "smoke"),
+    ("FSDP1", {"FSDP_STRATEGY": "fsdp"}, "smoke"),
+    ("FSDP1 full fine-tune, fixed micro batches", {"FSDP_STRATEGY": "fsdp", "ENABLE_LORA": "0", "USE_DYNAMIC_BSZ": "0"},
+     "smoke"),
+    ("SGLang", {"ROLLOUT_BACKEND": "sglang"}, "smoke"),
+    ("SGLang, full fine-tune, FSDP1", {"ROLLOUT_BACKEND": "sglang", "ENABLE_LORA": "0", "FSDP_STRATEGY": "fsdp"},
+     "smoke"),
+    ("2 GPUs", {"N_GPUS_PER_NODE": "2"}, "smoke"),
+    ("2 GPUs, rollout TP 2", {"N_GPUS_PER_NODE": "2", "TENSOR_PARALLEL_SIZE": "2"}, "smoke"),
+    ("2 GPUs, rollout TP 2, full", {"N_GPUS_PER_NODE": "2", "TENSOR_PARALLEL_SIZE": "2"}, "full"),
+    ("2 nodes x 8 GPUs, SGLang TP 2", {"NNODES": "2", "N_GPUS_PER_NODE": "8", "TENSOR_PARALLEL_SIZE": "2",
+                                       "ROLLOUT_BACKEND": "sglang"}, "full"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("label", "env", "profile"), SWITCHES, ids=[s[0] for s in SWITCHES])
+def test_documented_switches_compose_and_pass_verl_validation(label, env, profile):
+    """Every switch combination composes, passes our pre-flight and verl's validate_config, and builds the verl
+    config objects its workers build (the FSDP engine version, the rollout config and its replica size)."""
+    from verl.utils.config import omega_conf_to_dataclass
+
+    cfg = compose("ppo_trainer", overrides_of(dry_run("openspiel-ppo.sh", RUN_PROFILE=profile, **env)))
+    environ = HEAD if env.get("NNODES", "1") != "1" else {}
+    assert check_ppo(cfg, check_imports=False, environ=environ) == [], label
+    arr = cfg.actor_rollout_ref
+    strategy, lora = env.get("FSDP_STRATEGY", "fsdp2"), env.get("ENABLE_LORA", "1") == "1"
+    assert arr.actor.strategy == arr.ref.strategy == strategy
+    # verl/workers/config/actor.py:325: the engine reads fsdp_config.strategy to pick FSDP1 or FSDP2
+    assert omega_conf_to_dataclass(arr.actor).fsdp_config.strategy == strategy
+    assert arr.model.lora_rank == (32 if lora else 0)
+    assert arr.actor.optim.lr == pytest.approx(6e-5 if lora else 1e-6)
+    rollout = omega_conf_to_dataclass(arr.rollout)  # RolloutConfig.__post_init__ checks parallel sizes
+    tp = int(env.get("TENSOR_PARALLEL_SIZE", "1"))
+    assert rollout.name == env.get("ROLLOUT_BACKEND", "vllm") and rollout.tensor_model_parallel_size == tp
+    gpus = int(env.get("N_GPUS_PER_NODE", "1")) * int(env.get("NNODES", "1"))
+    assert cfg.trainer.n_gpus_per_node * cfg.trainer.nnodes == gpus
+    assert rollout.n_gpus_per_node == cfg.trainer.n_gpus_per_node
+    assert gpus % tp == 0, "verl/workers/rollout/replica.py: one replica per TP group"
+    assert arr.rollout.load_format == "safetensors" and arr.rollout.mode == "async"
+
+
+def test_verl_rollouts_list_matches_verls_registry():
+    from verl.workers.rollout.base import _ROLLOUT_REGISTRY
+
+    from verl_ext.launch.switches import VERL_ROLLOUTS
+
+    assert sorted({name for name, _ in _ROLLOUT_REGISTRY}) == sorted(VERL_ROLLOUTS)
+    assert {mode for _, mode in _ROLLOUT_REGISTRY} == {"async"}
+
+
+@pytest.mark.parametrize(("env", "extra", "environ", "message"), [
+    ({"ROLLOUT_BACKEND": "sglang"}, [], {"SGLANG_IS_FLASHINFER_AVAILABLE": "false"},
+     "ROLLOUT_BACKEND=sglang: verl starts SGLang 0.5.12 with attention_backend=flashinfer unless told otherwise, but "
+     "SGLANG_IS_FLASHINFER_AVAILABLE=false; add "
+     "+actor_rollout_ref.rollout.engine_kwargs.sglang.attention_backend=triton"),
+    ({"ROLLOUT_BACKEND": "sglang", "LORA_TARGET_MODULES": "q_proj"}, [], {},
+     "LORA_TARGET_MODULES (actor_rollout_ref.model.target_modules=q_proj): SGLang serves LoRA only for all-linear"),
+    ({"NNODES": "2", "N_GPUS_PER_NODE": "8"}, [], {},
+     "NNODES (trainer.nnodes=2) > 1 needs a Ray cluster over the nodes, but RAY_ADDRESS is unset"),
+    ({}, ["+ray_kwargs.ray_init.num_cpus=64"], HEAD,
+     "ray_kwargs.ray_init.num_cpus=64: RAY_ADDRESS=10.0.0.1:6379 makes ray.init join that cluster"),
+    ({}, ["actor_rollout_ref.rollout.name=hf"], {},
+     "ROLLOUT_BACKEND (actor_rollout_ref.rollout.name=hf): verl 0.9.1 builds only vllm, sglang, trtllm rollouts"),
+    ({"N_GPUS_PER_NODE": "3", "TENSOR_PARALLEL_SIZE": "2"}, [], {},
+     "TENSOR_PARALLEL_SIZE (actor_rollout_ref.rollout.tensor_model_parallel_size=2) must divide N_GPUS_PER_NODE"),
+    ({"USE_DYNAMIC_BSZ": "0", "TRAIN_BATCH_SIZE": "8", "PPO_MINI_BATCH_SIZE": "16"}, [], {},
+     "verl's validate_config rejects the config: ValueError: train_batch_size (8) must be >= "
+     "actor.ppo_mini_batch_size (16)"),
+])  # fmt: skip
+def test_preflight_stops_switch_combinations_verl_would_fail_on(env, extra, environ, message):
+    cfg = compose("ppo_trainer", overrides_of(dry_run("openspiel-ppo.sh", *extra, RUN_PROFILE="smoke", **env)))
+    problems = check_ppo(cfg, check_imports=False, environ=environ)
+    assert any(message in p for p in problems), problems
+
+
+def test_sglang_with_the_attention_override_passes():
+    argv = dry_run("openspiel-ppo.sh", "+actor_rollout_ref.rollout.engine_kwargs.sglang.attention_backend=triton",
+                   RUN_PROFILE="smoke", ROLLOUT_BACKEND="sglang")
+    cfg = compose("ppo_trainer", overrides_of(argv))
+    assert check_ppo(cfg, check_imports=False, environ={"SGLANG_IS_FLASHINFER_AVAILABLE": "false"}) == []
+    assert cfg.actor_rollout_ref.rollout.engine_kwargs.sglang.attention_backend == "triton"
+
+
+@pytest.mark.parametrize(("variable", "value", "choices"), [
+    ("ROLLOUT_BACKEND", "vlm", "vllm sglang"), ("FSDP_STRATEGY", "fsdp3", "fsdp2 fsdp"), ("ENABLE_LORA", "yes", "1 0"),
+])  # fmt: skip
+def test_switch_values_are_checked(variable, value, choices):
+    result = subprocess.run(["bash", str(REPO / "train/scripts/openspiel-ppo.sh"), "--dry-run"], capture_output=True,
+                            text=True, env={**os.environ, variable: value})  # fmt: skip
+    assert result.returncode == 2 and f"{variable} must be one of: {choices}; got '{value}'" in result.stderr

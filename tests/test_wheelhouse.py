@@ -305,6 +305,8 @@ def test_minimal_target_parses() -> None:
         ("[accept]", "[accept]\nheavy = 'x'", "[accept].heavy: also listed in [skip]"),
         ("[accept]", "[extras]", "unknown key extras"),
         ('name = "one"', "name = 1", "[[bundle]] #1.name: expected a non-empty string"),
+        ("[accept]", "[scan]\nroots = 'verl'\n[accept]", "[scan].roots: expected a list of module names"),
+        ("[accept]", "[scan]\nroot = ['verl']\n[accept]", "unknown key [scan].root"),
     ],
 )
 def test_target_errors_name_the_key(old: str, new: str, message: str) -> None:
@@ -319,30 +321,58 @@ def test_unknown_target_name_lists_the_bundled_ones() -> None:
         load_target("h200-nope")
 
 
-def test_bundled_target_pins_agree_with_pyproject() -> None:
-    """The wheelhouse must bring exactly the versions pyproject.toml pins, and satisfy every runtime dependency."""
+@pytest.mark.parametrize(("target_name", "extra"),
+                         [("h100-py312-cu130", "vllm"), ("h100-py312-cu130-sglang", "sglang")])
+def test_bundled_target_pins_agree_with_pyproject(target_name: str, extra: str) -> None:
+    """A target brings exactly the versions pyproject.toml pins (its rollout extra included) and satisfies every
+    runtime dependency; pyproject's [tool.uv] overrides win over a dependency's own pin, as an [accept]ed mismatch."""
     from pip._vendor.packaging.requirements import Requirement
     from pip._vendor.packaging.version import Version
 
-    target = load_target()
-    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    target = load_target(target_name)
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
+    project = pyproject["project"]
     pinned = {p.name: p.version for p in target.pins}
-    for line in project["dependencies"] + project["optional-dependencies"]["vllm"]:
+    for line in project["dependencies"] + project["optional-dependencies"][extra]:
         req = Requirement(line)
         name = normalize(req.name)
         exact = [s.version for s in req.specifier if s.operator == "=="]
         if name in target.skip:
             continue  # e.g. wandb: deliberately not brought, with a reason
         have = pinned.get(name) or target.present.get(name)
-        assert have is not None, f"pyproject dependency {line!r} is neither pinned nor present in the target"
+        assert have is not None, f"pyproject dependency {line!r} is neither pinned nor present in {target_name}"
         if name in pinned and exact:
-            assert pinned[name] == exact[0], f"target pins {name}=={pinned[name]}, pyproject says {line!r}"
+            assert pinned[name] == exact[0], f"{target_name} pins {name}=={pinned[name]}, pyproject says {line!r}"
         assert req.specifier.contains(Version(have), prereleases=True), f"{name} {have} does not satisfy {line!r}"
-    for name, version in [("verl", "0.9.1"), ("vllm", "0.24.0"), ("transformers", "5.9.0"), ("open-spiel", "2.0.2"),
-                          ("reasoning-gym", "0.1.25"), ("hydra-core", "1.3.8")]:  # fmt: skip
+    for line in pyproject["tool"]["uv"]["override-dependencies"]:
+        req = Requirement(line)
+        assert pinned[normalize(req.name)] == next(iter(req.specifier)).version, f"{target_name} ignores {line!r}"
+    for name, version in [("verl", "0.9.1"), (extra, {"vllm": "0.24.0", "sglang": "0.5.12"}[extra]),
+                          ("transformers", "5.9.0"), ("open-spiel", "2.0.2"), ("reasoning-gym", "0.1.25"),
+                          ("hydra-core", "1.3.8")]:  # fmt: skip
         assert pinned[name] == version
     assert target.present["torch"] == "2.11.0"
     assert normalize("wandb") in target.skip
+
+
+def test_sglang_target_carries_what_its_server_imports_at_start_up() -> None:
+    """The SGLang target skips heavy kernels but must carry every package the SGLang server path imports at module
+    level (scan-imports: CERTAIN sites), and must run it without FlashInfer kernels (none are carried)."""
+    target = load_target("h100-py312-cu130-sglang")
+    vllm = load_target("h100-py312-cu130")
+    pinned = {p.name: p.version for p in target.pins}
+    for name in ["sglang-kernel", "torch-memory-saver", "flashinfer-python", "ipython", "soundfile", "openai",
+                 "partial-json-parser", "compressed-tensors", "gguf", "transferqueue", "ray"]:  # fmt: skip
+        assert name in pinned, f"{name} is imported at start-up by the SGLang path; it must be carried"
+    assert "vllm" not in pinned and "xgrammar" not in pinned  # vLLM's stack stays in the other target
+    for name in ["flashinfer-cubin", "nvidia-cutlass-dsl", "xgrammar", "tilelang", "sgl-deep-gemm", "torchao"]:
+        assert target.skip[name].why and name not in pinned, name
+    assert target.env["SGLANG_IS_FLASHINFER_AVAILABLE"] == "false"
+    assert {"sglang.srt.managers.scheduler", "verl.workers.rollout.sglang_rollout.async_sglang_server"} <= set(
+        target.scan_roots
+    )
+    assert "transformers" in target.accept and "[tool.uv]" in target.accept["transformers"]
+    assert target.present == vllm.present, "same machine, same image: the [present] tables must agree"
 
 
 def test_bundled_target_keeps_the_proven_pitfall_pins() -> None:
@@ -451,7 +481,9 @@ def test_parse_filename() -> None:
 def test_scan_classifies_import_sites(tmp_path: Path) -> None:
     pkg = tmp_path / "src" / "app"
     pkg.mkdir(parents=True)
-    (pkg / "__init__.py").write_text("from . import engine\n")
+    guarded = "try:\n    from . import optional\nexcept ImportError:\n    pass\n"
+    (pkg / "__init__.py").write_text("from . import engine\n" + guarded)
+    (pkg / "optional.py").write_text("import heavy.opt\n")
     (pkg / "engine.py").write_text(textwrap.dedent("""
         import os
         from typing import TYPE_CHECKING
@@ -481,6 +513,24 @@ def test_scan_classifies_import_sites(tmp_path: Path) -> None:
     eager = result.reachable(["app"], include_lazy=False)
     assert "app.engine" in eager and "app.unused_here" in eager and "app.cold" not in eager
     assert chain(eager, "app.engine") == ["app", "app.engine"]
+    certain = result.reachable(["app"], include_lazy=False, certain_only=True)
+    assert {"app", "app.engine", "app.unused_here"} <= set(certain)
+    assert "app.optional" in eager and "app.optional" not in certain, "imported only inside try/except ImportError"
+
+
+def test_scan_imports_cli_labels_certain_and_guarded_paths(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pkg = tmp_path / "src" / "app"
+    pkg.mkdir(parents=True)
+    guarded = "try:\n    from . import extra\nexcept ImportError:\n    pass\n"
+    (pkg / "__init__.py").write_text("from . import core\n" + guarded)
+    (pkg / "core.py").write_text("import heavy\n")
+    (pkg / "extra.py").write_text("import heavy.extra\n")
+    target = _write_target(tmp_path, MINIMAL)
+    assert cli_main(["scan-imports", "--target", str(target), "--wheel", str(tmp_path / "src"), "--root", "app"]) == 0
+    out = capsys.readouterr().out
+    assert "unguarded   CERTAIN   app.core:1 import heavy [module level]" in out
+    assert "unguarded   EAGER     app.extra:1 import heavy.extra [module level]" in out
+    assert "1 unparsable" not in out and "2 modules always at import time" in out
 
 
 # ---------------------------------------------------------------------------------------------------------------

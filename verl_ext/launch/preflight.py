@@ -14,7 +14,9 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
+
+from .switches import check_switches
 
 # override key -> the variable the train scripts set it from
 SCRIPT_VARIABLE = {
@@ -43,6 +45,7 @@ class PreflightError(ValueError):
 
 
 def name(key: str, value: Any) -> str:
+    """`VARIABLE (key=value)` for keys the scripts set from a variable, else `key=value`."""
     variable = SCRIPT_VARIABLE.get(key)
     return f"{variable} ({key}={value})" if variable else f"{key}={value}"
 
@@ -67,15 +70,17 @@ def _int(cfg: Any, key: str) -> int:
     return int(OmegaConf.select(cfg, key))
 
 
-def check_ppo(cfg: Any, check_imports: bool = True) -> list[str]:
-    """Problems with a composed ``ppo_trainer`` config (empty list: good to go)."""
+def check_ppo(cfg: Any, check_imports: bool = True, environ: Mapping[str, str] | None = None) -> list[str]:
+    """Problems with a composed ``ppo_trainer`` config (empty list: good to go). ``check_imports``: also check
+    what only the GPU machine has (the rollout backend installed, GPUs visible); ``environ``: default os.environ."""
     problems: list[str] = []
     bs, n = _int(cfg, "data.train_batch_size"), _int(cfg, "actor_rollout_ref.rollout.n")
     mini = _int(cfg, "actor_rollout_ref.actor.ppo_mini_batch_size")
     micro = cfg.actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu
     gpus = _int(cfg, "trainer.n_gpus_per_node") * _int(cfg, "trainer.nnodes")
     tp = _int(cfg, "actor_rollout_ref.rollout.tensor_model_parallel_size")
-    gpu_names = f"{name('trainer.n_gpus_per_node', cfg.trainer.n_gpus_per_node)} x {name('trainer.nnodes', cfg.trainer.nnodes)}"
+    gpu_names = (f"{name('trainer.n_gpus_per_node', cfg.trainer.n_gpus_per_node)} x "
+                 f"{name('trainer.nnodes', cfg.trainer.nnodes)}")
     if bs % mini:
         problems.append(f"{name('data.train_batch_size', bs)} must be a multiple of "
                         f"{name('actor_rollout_ref.actor.ppo_mini_batch_size', mini)}")
@@ -109,6 +114,7 @@ def check_ppo(cfg: Any, check_imports: bool = True) -> list[str]:
                              _int(cfg, "data.max_prompt_length") + _int(cfg, "data.max_response_length"))
     if cfg.data.custom_cls.get("path") == "pkg://verl_ext.dataset":
         problems += _check_envs(cfg)
+    problems += check_switches(cfg, os.environ if environ is None else environ, check_imports)
     return problems
 
 
@@ -182,6 +188,7 @@ def _check_game_loop(cfg: Any) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Compose, check, print each problem; exit status 2 on any problem or import failure, else 0."""
     parser = argparse.ArgumentParser(prog="python -m verl_ext.launch.preflight", description=__doc__)
     parser.add_argument("--config-name", default="ppo_trainer", choices=["ppo_trainer", "sft_trainer_engine"])
     parser.add_argument("--no-import-check", action="store_true", help="skip checking that vllm/sglang import")
@@ -189,10 +196,17 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         cfg = compose(args.config_name, args.overrides)
+        problems = check_ppo(cfg, not args.no_import_check) if args.config_name == "ppo_trainer" else check_sft(cfg)
     except PreflightError as err:
         print(f"pre-flight: {err}", file=sys.stderr)
         return 2
-    problems = check_ppo(cfg, not args.no_import_check) if args.config_name == "ppo_trainer" else check_sft(cfg)
+    except ImportError as err:  # verl (or a package it needs) is found but does not import: name it, no traceback
+        version = ".".join(str(part) for part in sys.version_info[:3])
+        print(f"pre-flight: {sys.executable} (Python {version}) found verl but an import failed: "
+              f"{type(err).__name__}: {err}", file=sys.stderr)
+        print("  Repair that environment (README \"GPU node quick start\"), or point PYTHON=/path/to/venv/bin/python "
+              "at one where verl-ext is installed.", file=sys.stderr)
+        return 2
     for problem in problems:
         print(f"pre-flight: {problem}", file=sys.stderr)
     if not problems:

@@ -107,11 +107,13 @@ def _cmd_scan_imports(args: argparse.Namespace) -> int:
             for module in skip.imports:
                 wanted.setdefault(module, project)
     result = scan(args.wheel, set(wanted))
-    roots = tuple(args.root or DEFAULT_ROOTS)
+    roots = tuple(args.root or target.scan_roots or DEFAULT_ROOTS)
+    certain = result.reachable(roots, include_lazy=False, certain_only=True)
     eager = result.reachable(roots, include_lazy=False)
     possible = result.reachable(roots, include_lazy=True)
     _print(f"scanned {len(result.modules)} modules ({len(result.unparsable)} unparsable); roots: {', '.join(roots)}")
-    _print(f"reachable from the roots: {len(eager)} modules at import time, {len(possible)} through any call")
+    _print(f"reachable from the roots: {len(certain)} modules always at import time, {len(eager)} at import time "
+           f"through guarded/conditional imports too, {len(possible)} through any call")
     for module, project in sorted(wanted.items()):
         sites = [s for s in result.sites if s.wanted == module]
         counts: dict[str, int] = {}
@@ -121,11 +123,22 @@ def _cmd_scan_imports(args: argparse.Namespace) -> int:
         _print(f"== {module} ({project}): {summary}")
         for site in sorted(sites, key=lambda s: (s.kind != "unguarded", s.module, s.line)):
             if site.kind in ("unguarded", "dynamic", "conditional") or args.details:
-                reach = "EAGER" if site.module in eager else ("possible" if site.module in possible else "unreached")
+                reach = _reach(site.module, certain, eager, possible)
                 _print(f"  {site.kind:<11} {reach:<9} {site.module}:{site.line} import {site.imported} [{site.context}]")
                 if args.chains and reach != "unreached" and site.kind == "unguarded":
-                    _print("      via " + " -> ".join(chain(eager if reach == "EAGER" else possible, site.module)))
+                    graph = {"CERTAIN": certain, "EAGER": eager}.get(reach, possible)
+                    _print("      via " + " -> ".join(chain(graph, site.module)))
     return 0
+
+
+def _reach(module: str, certain: dict[str, str], eager: dict[str, str], possible: dict[str, str]) -> str:
+    """CERTAIN (always imported with the roots), EAGER (at import time, behind a guard or condition), possible
+    (through a function call) or unreached."""
+    if module in certain:
+        return "CERTAIN"
+    if module in eager:
+        return "EAGER"
+    return "possible" if module in possible else "unreached"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -183,7 +196,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--target", default=DEFAULT_TARGET, help=target_help)
     p.add_argument("--wheel", type=Path, action="append", required=True, help="wheel or source dir, repeatable")
     p.add_argument("--module", action="append", help="module to look for (default: the [skip] imports)")
-    p.add_argument("--root", action="append", help="GRPO-path root module, repeatable (default: built-in list)")
+    p.add_argument("--root", action="append",
+                   help="GRPO-path root module, repeatable (default: the target's [scan] roots)")
     p.add_argument("--details", action="store_true", help="list every site, not just unguarded/conditional")
     p.add_argument("--chains", action="store_true", help="show the import chain from a root to each reached site")
     p.set_defaults(func=_cmd_scan_imports)

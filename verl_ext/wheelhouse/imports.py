@@ -8,9 +8,11 @@ classified:
   type-only    under `if TYPE_CHECKING:` (never runs)
   lazy         inside a function: runs only when that function is called (guarded or not is recorded too)
   dynamic      importlib.import_module / __import__ with a constant name (find_spec probes are ignored)
-For unguarded sites the importing module is also checked for reachability from GRPO-path root modules, through
-module-level imports only ("eager": importing the roots imports it) or also through imports inside functions
-("possible": some call path may import it).
+For unguarded sites the importing module is also checked for reachability from GRPO-path root modules: through
+unguarded, unconditional module-level imports only ("certain": importing the roots always imports it, so a missing
+dependency there is an ImportError at start-up), through any module-level import, including those inside try/if
+("eager": importing the roots may import it, depending on guards and conditions), or also through imports inside
+functions ("possible": some call path may import it).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from __future__ import annotations
 import ast
 import zipfile
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
@@ -95,6 +97,7 @@ class _Visitor(ast.NodeVisitor):
         self.stack: list[_Ctx] = []
         self.sites: list[ImportSite] = []
         self.eager: set[str] = set()  # modules imported at module level (not type-only)
+        self.certain: set[str] = set()  # module-level imports outside any try/if: they always run
         self.lazy: set[str] = set()  # modules imported inside functions
 
     # -- context ---------------------------------------------------------------------------------------------
@@ -176,6 +179,8 @@ class _Visitor(ast.NodeVisitor):
         type_only = any(c.type_only for c in self.stack)
         if not type_only:
             (self.lazy if in_def else self.eager).update(graph_names)
+            if not in_def and not any(c.kind in ("try", "except", "else", "if") for c in self.stack):
+                self.certain.update(graph_names)
         top = imported.split(".")[0]
         if top not in self.wanted:
             return
@@ -205,10 +210,14 @@ class ScanResult:
     lazy: dict[str, set[str]]
     modules: set[str]
     unparsable: list[str]
+    certain: dict[str, set[str]] = field(default_factory=dict)
 
-    def reachable(self, roots: list[str] | tuple[str, ...], include_lazy: bool) -> dict[str, str]:
-        """Modules imported (transitively) when the roots are imported (with lazy imports: when anything runs),
-        each mapped to the module that imports it first (roots map to "")."""
+    def reachable(
+        self, roots: list[str] | tuple[str, ...], include_lazy: bool, certain_only: bool = False
+    ) -> dict[str, str]:
+        """Modules imported (transitively) when the roots are imported (with lazy imports: when anything runs;
+        `certain_only`: through unguarded, unconditional module-level imports only, i.e. always), each mapped to
+        the module that imports it first (roots map to "")."""
         parent: dict[str, str] = {}
         queue = deque((r, "") for r in roots if r in self.modules)
         while queue:
@@ -218,8 +227,8 @@ class ScanResult:
             parent[mod] = via
             parts = mod.split(".")
             nexts = [".".join(parts[:i]) for i in range(1, len(parts))]  # parent packages run first
-            nexts += sorted(self.eager.get(mod, set()))
-            if include_lazy:
+            nexts += sorted((self.certain if certain_only else self.eager).get(mod, set()))
+            if include_lazy and not certain_only:
                 nexts += sorted(self.lazy.get(mod, set()))
             for name in nexts:
                 # `from a.b import c` names a.b.c, which is a module only sometimes
@@ -251,5 +260,6 @@ def scan(paths: list[Path], wanted: set[str]) -> ScanResult:
             visitor.visit(tree)
             result.sites += visitor.sites
             result.eager[module] = visitor.eager
+            result.certain[module] = visitor.certain
             result.lazy[module] = visitor.lazy
     return result

@@ -11,6 +11,8 @@ A target file has these tables (every unknown key is an error naming it):
   [skip]     project = { why = "...", imports = ["module", ...] }: dependencies deliberately not brought
   [accept]   project = "why": version mismatches between a carried package's metadata and what the target has
   [smoke]    imports = ["module", ...]: what `smoke` imports after installing (the GRPO path's key modules)
+  [scan]     roots = ["module", ...]: the GRPO path's root modules for `scan-imports` (optional; default: the
+             vLLM path's roots in imports.DEFAULT_ROOTS)
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ TARGETS_DIR = Path(__file__).parent / "targets"
 DEFAULT_TARGET = "h100-py312-cu130"
 
 _PIN = re.compile(r"^([A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?)==([A-Za-z0-9.+!_-]+)$")
-_TOP_KEYS = {"format", "target", "env", "present", "bundle", "sdist", "skip", "accept", "smoke"}
+_TOP_KEYS = {"format", "target", "env", "present", "bundle", "sdist", "skip", "accept", "smoke", "scan"}
 _TARGET_KEYS = {
     "name": str, "description": str, "python_version": str, "python_full_version": str,
     "implementation": str, "abi": str, "glibc": str, "arch": str, "measured": str,
@@ -83,6 +85,7 @@ class Target:
     skip: dict[str, Skip] = field(default_factory=dict)
     accept: dict[str, str] = field(default_factory=dict)
     smoke_imports: list[str] = field(default_factory=list)
+    scan_roots: list[str] = field(default_factory=list)
 
     def to_bring(self) -> list[Pin]:
         """Pins the target lacks (a pin equal to the present version is left out)."""
@@ -177,12 +180,8 @@ def parse_target(data: dict[str, Any], path: Path) -> Target:
     target.present = {normalize(k): v for k, v in _string_table(data, "present", where).items()}
     target.sdist = {normalize(k): v for k, v in _string_table(data, "sdist", where).items()}
     target.accept = {normalize(k): v for k, v in _string_table(data, "accept", where).items()}
-    smoke = _table(data, "smoke", where)
-    _check_keys(smoke, {"imports"}, where, "[smoke].")
-    imports = smoke.get("imports", [])
-    if not isinstance(imports, list) or not all(isinstance(m, str) and m for m in imports):
-        raise WheelhouseError(f"{where}: [smoke].imports: expected a list of module names")
-    target.smoke_imports = list(imports)
+    target.smoke_imports = _module_list(data, "smoke", "imports", where)
+    target.scan_roots = _module_list(data, "scan", "roots", where)
     for key, value in _table(data, "skip", where).items():
         target.skip[normalize(key)] = _parse_skip(value, where, f"[skip].{key}")
 
@@ -247,6 +246,16 @@ def _parse_skip(value: Any, where: str, label: str) -> Skip:
     if not isinstance(imports, list) or not all(isinstance(m, str) and m for m in imports):
         raise WheelhouseError(f"{where}: {label}.imports: expected a list of module names")
     return Skip(why, tuple(imports))
+
+
+def _module_list(data: dict[str, Any], table: str, key: str, where: str) -> list[str]:
+    """`[table] key = ["module", ...]` (an absent table or key is an empty list)."""
+    values = _table(data, table, where)
+    _check_keys(values, {key}, where, f"[{table}].")
+    modules = values.get(key, [])
+    if not isinstance(modules, list) or not all(isinstance(m, str) and m for m in modules):
+        raise WheelhouseError(f"{where}: [{table}].{key}: expected a list of module names")
+    return list(modules)
 
 
 def _table(data: dict[str, Any], key: str, where: str) -> dict[str, Any]:

@@ -4,8 +4,11 @@
 # Every knob is an environment variable with a default; every extra argument is a Hydra override.
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
-PYTHON="${PYTHON:-python3}"
-LAUNCHER=("$PYTHON")  # sft.sh swaps in torchrun
+PYTHON="${PYTHON:-python3}"  # one interpreter for the pre-flight, the launcher and (through it) every worker
+# The command before `-m <module>`; empty: "$PYTHON", read when launching (so PYTHON from .env counts).
+# sft.sh: "$PYTHON" -m torch.distributed.run ... (torchrun's workers then run that same interpreter).
+LAUNCHER=()
+COMMAND_HINT="bash $0"  # how the user ran us, repeated in the interpreter check's advice
 
 # .env holds secrets (HF_TOKEN, WANDB_API_KEY): exported to the run, never printed.
 load_dotenv() {
@@ -51,10 +54,24 @@ apply_profile() {
   esac
 }
 
+# Exit 2 naming the variable when its value is not one of the choices: require_choice NAME VALUE CHOICE...
+require_choice() {
+  local name="$1" value="$2" choice
+  shift 2
+  for choice in "$@"; do
+    if [[ "$value" == "$choice" ]]; then return 0; fi
+  done
+  echo "$name must be one of: $*; got '$value'" >&2
+  exit 2
+}
+
 # The GRPO recipe: verl main_ppo overrides built from the environment.
 grpo_args() {
   : "${MODEL_PATH:=Qwen/Qwen2.5-0.5B-Instruct}"
   : "${ROLLOUT_BACKEND:=vllm}" "${FSDP_STRATEGY:=fsdp2}" "${ENABLE_LORA:=1}"
+  require_choice ROLLOUT_BACKEND "$ROLLOUT_BACKEND" vllm sglang
+  require_choice FSDP_STRATEGY "$FSDP_STRATEGY" fsdp2 fsdp
+  require_choice ENABLE_LORA "$ENABLE_LORA" 1 0
   : "${LORA_RANK:=32}" "${LORA_ALPHA:=32}" "${LORA_TARGET_MODULES:=all-linear}" "${LORA_ADAPTER_PATH:=}"
   : "${LAYERED_SUMMON:=0}" "${ATTN_IMPLEMENTATION:=sdpa}"
   # Speed defaults, chosen by measurement (docs/training.md "Speed"): CUDA graphs in vLLM, token-budget
@@ -155,15 +172,45 @@ grpo_args() {
   fi
 }
 
+# Stop with a message, not a traceback, when $PYTHON cannot import what the command needs: it names the
+# interpreter (path, version), the missing modules and how to point PYTHON at the right environment.
+#   require_python EXTRA MODULE[=SETTING] ...      (EXTRA: the pyproject extra to install, or "")
+require_python() {
+  local extra="$1" rc=0
+  shift
+  if ! command -v "$PYTHON" >/dev/null 2>&1; then
+    echo "pre-flight: PYTHON=$PYTHON: no such interpreter (not an executable file, not on PATH)." >&2
+    echo "  Set PYTHON=/path/to/venv/bin/python, or activate the venv where verl-ext is installed." >&2
+    exit 2
+  fi
+  "$PYTHON" "$REPO_ROOT/verl_ext/launch/interpreter.py" --python-var "$PYTHON" --command "$COMMAND_HINT" \
+    --extra "$extra" --repo-root "$REPO_ROOT" "$@" || rc=$?
+  if (( rc == 2 )); then exit 2; fi
+  if (( rc != 0 )); then
+    echo "pre-flight: PYTHON=$PYTHON ($(command -v "$PYTHON"), $("$PYTHON" --version 2>&1 | head -n 1)) could not" \
+      "run the interpreter check (exit $rc); verl-ext needs Python 3.10-3.12." >&2
+    echo "  Set PYTHON=/path/to/venv/bin/python, or activate the venv where verl-ext is installed." >&2
+    exit 2
+  fi
+}
+
 # Print (--dry-run) or check and run: pre-flight before Ray starts, output tee'd to LOG_DIR.
 launch() {
   local config_name="$1" module="$2"
   shift 2
-  local cmd=("${LAUNCHER[@]}" -m "$module" "$@")
+  local launcher=("${LAUNCHER[@]}")
+  if (( ${#launcher[@]} == 0 )); then launcher=("$PYTHON"); fi
+  local cmd=("${launcher[@]}" -m "$module" "$@")
   if [[ "$DRY_RUN" == "1" ]]; then
     printf '%q ' "${cmd[@]}"
     printf '\n'
     return 0
+  fi
+  if [[ "$config_name" == ppo_trainer ]]; then
+    local backend="${ROLLOUT_BACKEND:-vllm}"
+    require_python "$backend" verl verl_ext "$backend=ROLLOUT_BACKEND=$backend"
+  else
+    require_python vllm verl verl_ext torch
   fi
   "$PYTHON" -m verl_ext.launch.preflight --config-name "$config_name" -- "$@"
   mkdir -p "$LOG_DIR"
