@@ -86,3 +86,21 @@ def test_bad_input_is_named(tmp_path, capsys):
     other = _write_jsonl(tmp_path / "other.jsonl", [{"step": 1, "data": {"foo": 1.0}}])
     assert plot_main([str(other), "--out", str(tmp_path)]) == 2
     assert "neither GRPO" in capsys.readouterr().err
+
+
+def test_samples_are_matched_to_training_steps_and_read_compressed(tmp_path):
+    """Step 0 is verl's validation before training (no samples); a run cut mid-step logs extra samples; a committed
+    sample log may be gzipped."""
+    import gzip
+
+    metrics = _write_jsonl(tmp_path / "run.metrics.jsonl", [
+        {"step": 0, "data": {"val-core/openspiel/hex/reward/mean@1": 0.1}},
+        {"step": 1, "data": {"critic/score/mean": 0.25}},
+        {"step": 2, "data": {"critic/score/mean": 0.75}},
+    ])
+    scores = [0.0, 0.5, 1.0, 0.5, 1.0, 1.0]  # 2 samples a step, then 2 of a step killed before it was logged
+    lines = "".join(json.dumps({"time": i, "split": "train", "score": v, "valid": 1.0}) + "\n"
+                    for i, v in enumerate(scores))
+    (tmp_path / "run.samples.jsonl.gz").write_bytes(gzip.compress(lines.encode()))
+    _, per_step = read_runs([metrics], per_step=2)
+    assert {step: row["reward_mean"] for step, row in per_step.items()} == {1: 0.25, 2: 0.75}

@@ -3,7 +3,7 @@
 Each ``*.metrics.jsonl`` is verl's file logger output (the train scripts write
 ``$LOG_DIR/<experiment>-<time>.metrics.jsonl``; a console ``.log`` with ``step:N - key:value`` lines works
 too); its sibling ``*.samples.jsonl`` (same name with "metrics" replaced by "samples") is our per-sample log
-(``VERL_EXT_SAMPLE_LOG``, see ``sample_log.py``). verl 0.9.1 keeps custom reward fields out of its training
+(``VERL_EXT_SAMPLE_LOG``, see ``sample_log.py``; ``.samples.jsonl.gz`` is read too). verl 0.9.1 keeps custom reward fields out of its training
 metrics, so the legal-move rate, format rate and task score per step come from that log: a run's training
 samples, in time order, are cut into steps of ``per_step`` (default: samples // logged steps; GRPO scores exactly
 TRAIN_BATCH_SIZE x ROLLOUT_N per step) and matched to the run's logged steps in order.
@@ -11,6 +11,7 @@ TRAIN_BATCH_SIZE x ROLLOUT_N per step) and matched to the run's logged steps in 
 
 from __future__ import annotations
 
+import gzip
 import json
 import re
 import statistics
@@ -86,10 +87,13 @@ def samples_path(metrics: Path) -> Path | None:
 def read_samples(path: Path | None, steps: list[int], per_step: int | None) -> Steps:
     """Our per-sample log -> per-step reward mean, rates, task score, game outcome rates (over the step's
     full-game samples) and time sums, matched to ``steps``."""
+    if path is not None and not path.is_file() and path.with_name(path.name + ".gz").is_file():
+        path = path.with_name(path.name + ".gz")  # a sample log kept compressed (e.g. committed evidence)
     if path is None or not path.is_file() or not steps:
         return {}
+    text = gzip.decompress(path.read_bytes()).decode() if path.suffix == ".gz" else path.read_text()
     samples = []
-    for line in path.read_text().splitlines():
+    for line in text.splitlines():
         try:
             samples.append(json.loads(line))
         except json.JSONDecodeError:
@@ -127,7 +131,8 @@ def read_run(metrics_path: Path, per_step: int | None = None,
              prefixes: tuple[str, ...] | None = None) -> tuple[Steps, Steps]:
     """One run: its verl metrics and its per-step sample statistics."""
     metrics = read_metrics(metrics_path, prefixes)
-    return metrics, read_samples(samples_path(metrics_path), sorted(metrics), per_step)
+    # step 0 holds only the validation before training (trainer.val_before_train): no training samples
+    return metrics, read_samples(samples_path(metrics_path), sorted(s for s in metrics if s > 0), per_step)
 
 
 def read_runs(paths: Iterable[Path], per_step: int | None = None,

@@ -142,7 +142,10 @@ stage_plot() {
     run "$PYTHON" -m verl_ext.cli plot "${sft_logs[@]}" --out "$RUN_DIR/plots" --name sft --title "SFT of the blank $MODEL_SHAPE model"
   fi
   if (( ${#grpo_logs[@]} )); then
+    # GRPO scores TRAIN_BATCH_SIZE x ROLLOUT_N samples a step (RUN_PROFILE=full: 128 x 8); a run cut mid-step logs
+    # more samples than its steps, so the count is given rather than inferred
     run "$PYTHON" -m verl_ext.cli plot "${grpo_logs[@]}" --out "$RUN_DIR/plots" --name grpo --smooth 5 \
+      --samples-per-step $(( ${TRAIN_BATCH_SIZE:-128} * ${ROLLOUT_N:-8} )) \
       --title "GRPO from the SFT model (reward_mode=$GRPO_REWARD_MODE)"
   fi
 }
