@@ -157,6 +157,48 @@ def test_resolve_latest_step_from_tracker(tmp_path):
         resolve_actor_dir(tmp_path / "global_step_10", step=5)
 
 
+def test_resolve_sft_checkpoints_without_an_actor_level(tmp_path):
+    """verl's SFT trainer saves the shards in global_step_N/ itself."""
+    for step in (4, 8):
+        _fake_actor_dir(tmp_path / f"global_step_{step}")
+    (tmp_path / "latest_checkpointed_iteration.txt").write_text("8")
+    assert resolve_actor_dir(tmp_path) == (tmp_path / "global_step_8", 8)
+    assert resolve_actor_dir(tmp_path, step=4) == (tmp_path / "global_step_4", 4)
+    assert resolve_actor_dir(tmp_path / "global_step_4") == (tmp_path / "global_step_4", 4)
+    assert load_actor_checkpoint(tmp_path).hf_dir == tmp_path / "global_step_8" / "huggingface"
+    (tmp_path / "global_step_9").mkdir()
+    (tmp_path / "global_step_9" / "data_0.pt").write_bytes(b"")
+    with pytest.raises(MergeError, match="global_step_9 has no actor/ directory \\(nor model shards of an SFT"):
+        resolve_actor_dir(tmp_path, step=9)
+
+
+def test_adapter_effect_flags_a_zero_adapter(caplog):
+    """A LoRA run that learned nothing keeps lora_B at zero: the merge is exact, so only this check can tell."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from verl_ext.merge.lora_pipeline import adapter_effect
+    from verl_ext.merge.verify import fp32_logits
+
+    torch.manual_seed(0)
+    config = Qwen2Config(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                         num_attention_heads=4, num_key_value_heads=2)
+    model = get_peft_model(Qwen2ForCausalLM(config), LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj"]))
+    ids = torch.tensor([[1, 5, 9, 3]])
+    tensors = {n: p.detach().clone() for n, p in model.named_parameters() if "lora_" in n}
+    with torch.no_grad():
+        zero = adapter_effect(model, ids, fp32_logits(model, ids), tensors)
+    assert zero.max_abs_diff == 0.0 and zero.tolerance is None and "max |lora_B| 0.000e+00" in zero.label
+    assert "learned nothing" in caplog.text
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "lora_B" in name:
+                param.fill_(0.05)
+        tensors = {n: p.detach().clone() for n, p in model.named_parameters() if "lora_" in n}
+        moved = adapter_effect(model, ids, fp32_logits(model, ids), tensors)
+    assert moved.max_abs_diff > 0 and "max |lora_B| 5.000e-02" in moved.label
+
+
 def test_resolve_errors_name_the_problem(tmp_path):
     _fake_actor_dir(tmp_path / "global_step_3" / "actor")
     with pytest.raises(MergeError, match=r"no latest_checkpointed_iteration.txt.*available steps: 3 \(pass --step N\)"):
