@@ -92,6 +92,9 @@ grpo_args() {
   : "${LOG_DIR:=$REPO_ROOT/logs}" "${LOGGERS:=[console,file,wandb]}"
   # verl's per-step dumps of prompts and responses (text; large on long runs): off unless set
   : "${ROLLOUT_DUMP_DIR:=}"
+  # Seconds between verl's looks for finished rollouts (verl's v1 replay buffer sleeps a fixed 2 s, so every
+  # rollout phase ends on a 2 s grid; docs/speed.md). Empty: verl's built-in sampler. Opt-in, to measure.
+  : "${ROLLOUT_POLL_INTERVAL:=}"
   if [[ "$ENABLE_LORA" == "1" ]]; then
     : "${LR:=6e-5}"
     local lora_rank="$LORA_RANK"
@@ -169,6 +172,11 @@ grpo_args() {
   fi
   if [[ -n "$LORA_ADAPTER_PATH" ]]; then
     ARGS+=(actor_rollout_ref.model.lora_adapter_path="$LORA_ADAPTER_PATH")
+  fi
+  if [[ -n "$ROLLOUT_POLL_INTERVAL" ]]; then
+    ARGS+=(trainer.v1.sampler.custom_sampler.path=pkg://verl_ext.replay_buffer
+      trainer.v1.sampler.custom_sampler.name=poll_replay_buffer
+      +trainer.v1.sampler.sampler_kwargs.poll_interval="$ROLLOUT_POLL_INTERVAL")
   fi
 }
 
