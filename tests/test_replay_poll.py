@@ -141,3 +141,14 @@ def test_preflight_refuses_what_verl_keeps_from_custom_samplers():
     assert any(p.startswith("ROLLOUT_POLL_INTERVAL: trainer.v1.sampler.sampler_kwargs.poll_interval") for p in bad)
     assert ours.sampler_problems(compose("ppo_trainer", _overrides("0.1"))) == []
     assert ours.sampler_problems(compose("ppo_trainer", [])) == []  # verl's built-in sampler: nothing to check
+
+
+def test_the_knob_composes_into_verls_config_and_passes_preflight():
+    from test_train_scripts import dry_run, overrides_of
+
+    cfg = compose("ppo_trainer", overrides_of(dry_run("openspiel-ppo.sh", RUN_PROFILE="smoke",
+                                                      ROLLOUT_POLL_INTERVAL="0.1")))
+    assert ours.uses_poll_sampler(cfg) and cfg.trainer.v1.sampler.sampler_kwargs.poll_interval == 0.1
+    assert check_ppo(cfg, check_imports=False) == []
+    default = compose("ppo_trainer", overrides_of(dry_run("openspiel-ppo.sh", RUN_PROFILE="smoke")))
+    assert not ours.uses_poll_sampler(default) and dict(default.trainer.v1.sampler.sampler_kwargs) == {}

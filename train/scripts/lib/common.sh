@@ -9,6 +9,7 @@ PYTHON="${PYTHON:-python3}"  # one interpreter for the pre-flight, the launcher 
 # sft.sh: "$PYTHON" -m torch.distributed.run ... (torchrun's workers then run that same interpreter).
 LAUNCHER=()
 COMMAND_HINT="bash $0"  # how the user ran us, repeated in the interpreter check's advice
+SCRIPT_STARTED="${EPOCHREALTIME:-$(date +%s)}"  # start-up is timed from here (bench/startup_breakdown.py)
 
 # .env holds secrets (HF_TOKEN, WANDB_API_KEY): exported to the run, never printed.
 load_dotenv() {
@@ -207,6 +208,7 @@ launch() {
   local config_name="$1" module="$2"
   shift 2
   local launcher=("${LAUNCHER[@]}")
+  require_choice LOG_TIMESTAMPS "${LOG_TIMESTAMPS:=1}" 1 0
   if (( ${#launcher[@]} == 0 )); then launcher=("$PYTHON"); fi
   local cmd=("${launcher[@]}" -m "$module" "$@")
   if [[ "$DRY_RUN" == "1" ]]; then
@@ -229,5 +231,10 @@ launch() {
   export VERL_FILE_LOGGER_PATH="${VERL_FILE_LOGGER_PATH:-$run.metrics.jsonl}"
   export VERL_EXT_SAMPLE_LOG="${VERL_EXT_SAMPLE_LOG-$run.samples.jsonl}"
   echo "logging to $run.log (metrics: $VERL_FILE_LOGGER_PATH, samples: ${VERL_EXT_SAMPLE_LOG:-off})"
-  "${cmd[@]}" 2>&1 | tee "$run.log"
+  # LOG_TIMESTAMPS=1: the log file gets a wall-clock stamp per line (verl prints step lines without one)
+  if [[ "$LOG_TIMESTAMPS" == "1" ]]; then
+    "${cmd[@]}" 2>&1 | "$PYTHON" -u "$REPO_ROOT/verl_ext/launch/logtee.py" --started "$SCRIPT_STARTED" "$run.log"
+  else
+    "${cmd[@]}" 2>&1 | tee "$run.log"
+  fi
 }
