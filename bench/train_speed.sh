@@ -45,9 +45,9 @@ startup() {
     echo "no console log $dir/speed-$load-*.log: start-up breakdown skipped" >&2
     return 0
   fi
-  local samples=()
-  if [[ -f "$dir/verl_samples.jsonl" ]]; then samples=(--samples "$dir/verl_samples.jsonl"); fi
-  "$PYTHON" bench/startup_breakdown.py "$log" ${samples[@]+"${samples[@]}"} --out "$dir/startup.json"
+  local sample_log=()
+  if [[ -f "$dir/verl_samples.jsonl" ]]; then sample_log=(--samples "$dir/verl_samples.jsonl"); fi
+  "$PYTHON" bench/startup_breakdown.py "$log" ${sample_log[@]+"${sample_log[@]}"} --out "$dir/startup.json"
 }
 
 # The load's prompts as verl-ext export writes them (TRL and the vLLM ceiling read the same parquet)
