@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from verl_ext.launch import logtee
+from verl_ext.runlog import read_console_log
 
 from bench_scripts import load_bench_script
 
@@ -144,9 +145,15 @@ def test_stamper_as_the_train_scripts_run_it_feeds_the_breakdown(tmp_path):
     rows = by_key(result)
     assert rows["step1_end"]["time_from"] == "log stamp" and "step1_start" in rows
     assert out.with_suffix(".md").read_text().startswith("Time 0: ")
+    assert read_console_log(log)[1]["timing_s/step"] == 12.5  # verl-ext plot/summaries still read stamped logs
 
 
 def test_cli_names_a_missing_file(tmp_path, capsys):
     with pytest.raises(SystemExit):
         startup.main([str(tmp_path / "nope.log")])
     assert "nope.log: no such file" in capsys.readouterr().err
+
+
+def test_docs_list_every_pattern():
+    docs = (REPO / "docs" / "speed.md").read_text()
+    assert all(f"| {m.label} |" in docs for m in startup.MILESTONES)

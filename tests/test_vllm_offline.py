@@ -51,7 +51,8 @@ def test_defaults_mirror_verls_rollout_and_leave_scheduling_to_vllm(tmp_path):
     assert engine["max_num_seqs"] == 256 and engine["max_num_batched_tokens"] == 8192
     assert engine["async_scheduling"] is True and engine["performance_mode"] == "throughput"
     assert engine["enforce_eager"] is True and "compilation_config" not in engine
-    assert vllm_offline.sampling_kwargs(verl_like)["n"] == 1 and vllm_offline.sampling_kwargs(verl_like)["logprobs"] is None
+    sampling = vllm_offline.sampling_kwargs(verl_like)
+    assert sampling["n"] == 1 and sampling["logprobs"] is None
 
 
 @pytest.mark.parametrize("flags, message", [
