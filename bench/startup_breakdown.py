@@ -147,7 +147,10 @@ def sample_times(path: Path) -> dict[str, datetime]:
     found: dict[str, datetime] = {}
     with path.open() as handle:
         for raw in handle:
-            row = json.loads(raw)
+            try:
+                row = json.loads(raw)
+            except json.JSONDecodeError:
+                continue  # a line cut short when the run was killed
             key = {"val": "first_val_reward", "train": "first_train_reward"}.get(row.get("split"))
             if key and key not in found:
                 found[key] = datetime.fromtimestamp(float(row["time"]))

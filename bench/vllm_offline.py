@@ -16,7 +16,8 @@ sampled token's log-prob: calculate_log_probs, vllm_async_server.py:622). Schedu
 (``--max-num-seqs``, ``--max-num-batched-tokens``) default to vLLM's own offline defaults (on an H100: 1024
 sequences, 16384 tokens; verl's rollout.yaml sets 256 and 8192): pass verl's values to see what they cost.
 ``--fanout n`` sends each prompt once with ``n=samples`` (vLLM fans out internally); ``--fanout requests``
-sends ``samples`` separate requests per prompt, as verl's agent loop does.
+sends ``samples`` separate requests per prompt, as verl's agent loop does. verl also starts vLLM with sleep mode
+(its CuMem allocator, to free memory between rollouts): ``--engine-arg enable_sleep_mode=true`` adds it.
 
 The JSON holds the import and engine start times, and per ``generate`` call the wall time, completions,
 generated tokens and tokens/s; ``generation_s``/``tokens_per_s`` are medians over calls 2..N (call 1 carries
@@ -164,6 +165,13 @@ def measure(llm: Any, prompts: list[dict[str, list[int]]], sampling: Any, repeat
     return runs
 
 
+def device_name() -> str:
+    """The GPU the numbers come from (``cpu`` without CUDA)."""
+    import torch
+
+    return torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
+
+
 def report(args: argparse.Namespace, ids: list[list[int]], runs: list[dict[str, float]], import_s: float,
            engine_start_s: float, vllm_version: str) -> dict[str, Any]:
     """The JSON written to ``--out``: settings, start-up times, every call, and the steady-state medians."""
@@ -174,7 +182,8 @@ def report(args: argparse.Namespace, ids: list[list[int]], runs: list[dict[str, 
         raise RuntimeError(f"generate calls {short} returned a completion count other than "
                            f"--prompts x --samples = {expected}")
     return {
-        "tool": "vllm_offline", "vllm_version": vllm_version, "model": str(args.model), "data": str(args.data),
+        "tool": "vllm_offline", "vllm_version": vllm_version, "device": device_name(), "model": str(args.model),
+        "data": str(args.data),
         "prompts": args.prompts, "samples": args.samples, "completions_per_call": expected,
         "max_tokens": args.max_tokens, "fanout": args.fanout,
         "prompt_tokens_mean": statistics.fmean(len(p) for p in ids),

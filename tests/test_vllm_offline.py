@@ -128,6 +128,7 @@ def test_run_times_the_generate_calls_and_reports_the_steady_state(workload, tmp
     assert len(llm.calls) == 3 and len(prompts) == (4 if fanout == "n" else 12)
     assert sampling.n == (3 if fanout == "n" else 1) and sampling.max_tokens == 7
     assert result["completions_per_call"] == 12 and result["vllm_version"] == "0.24.0-fake"
+    assert result["device"] == vllm_offline.device_name() != ""
     assert result["engine_start_s"] == 0.0 and result["import_s"] == 0.0
     tokens = result["runs"][0]["generated_tokens"]
     assert result["generation_s"] == 2.0 and result["tokens_per_s"] == pytest.approx(tokens / 2.0)
