@@ -1,8 +1,12 @@
-"""Side-by-side table of one training-speed load: ours (bench/summarize_run.py JSON) vs TRL (bench/trl_grpo.py).
+"""Side-by-side table of one training-speed load: ours (bench/summarize_run.py JSON) vs TRL (bench/trl_grpo.py),
+and our generation phase against its ceiling, vLLM's offline LLM.generate (bench/vllm_offline.py).
 
-    python bench/compare_speed.py --ours ours.json --trl trl.json --load "16 x 4 x 64" --out compare.md
+    python bench/compare_speed.py --ours ours.json [--trl trl.json] [--vllm vllm.json] --load "16 x 4 x 64" \
+        --out compare.md
 
-Every number is the median over steps 2..N (step 1 carries one-off warm-up such as CUDA graph capture).
+Every number is the median over steps 2..N (step 1 carries one-off warm-up such as CUDA graph capture); the
+vLLM column is the median over its generate calls 2..N. Completions differ in length between runs (random
+sampling, different weights), so the note under the table also compares time per generated token.
 """
 
 from __future__ import annotations
@@ -36,6 +40,8 @@ def ours_columns(steps: list[Row]) -> dict[str, float | None]:
         "update s": _median(steps, lambda r: r.get("timing_s/update_actor")),
         "weight sync s": _median(steps, lambda r: r.get("timing_s/update_weights")),
         "generated tokens/s (step)": _median(steps, lambda r: r.get("generated_tokens_per_s_of_step")),
+        "generated tokens/s (generation)": _median(steps, lambda r: r.get("generated_tokens_per_s_of_gen")),
+        "mean completion tokens": _median(steps, lambda r: r.get("response_length/mean")),
         "reward mean": _median(steps, lambda r: r.get("verl_ext/reward_mean")),
         "GPU memory GB": _median(steps, lambda r: r.get("actor/perf/max_memory_reserved_gb")),
     }
@@ -62,24 +68,58 @@ def trl_columns(steps: list[Row]) -> dict[str, float | None]:
         "update s": _median(steps, update),
         "weight sync s": _median(steps, lambda r: r.get("trl_timer_s/sync_weights")),
         "generated tokens/s (step)": _median(steps, lambda r: r.get("generated_tokens_per_s_of_step")),
+        "generated tokens/s (generation)": _median(steps, lambda r: r.get("generated_tokens_per_s_of_gen")),
+        "mean completion tokens": _median(steps, lambda r: r.get("trl/completions/mean_length")),
         "reward mean": _median(steps, lambda r: r.get("trl/reward")),
         "GPU memory GB": _median(steps, lambda r: r.get("gpu/max_memory_reserved_gb")),
     }
 
 
-def table(ours: dict[str, Any], trl: dict[str, Any], load: str) -> str:
-    a, b = ours_columns(ours["steps"]), trl_columns(trl["steps"])
-    lines = [f"Load: {load}; ours {len(ours['steps'])} steps, TRL {len(trl['steps'])} steps "
-             "(medians over steps 2..N)", "", "| | verl-ext (verl main_ppo) | TRL GRPOTrainer | ours / TRL |",
-             "|---|---:|---:|---:|"]
+def vllm_columns(result: dict[str, Any]) -> dict[str, float | None]:
+    """The ceiling's numbers in our rows (bench/vllm_offline.py JSON); rows it has no number for stay empty."""
+    return {"generation s": result.get("generation_s"), "generated tokens/s (generation)": result.get("tokens_per_s"),
+            "mean completion tokens": result.get("mean_tokens")}
+
+
+def table(ours: dict[str, Any], trl: dict[str, Any] | None, load: str, vllm: dict[str, Any] | None = None) -> str:
+    """The Markdown table (and notes) of one load; ``trl``/``vllm`` columns only for the results given."""
+    a = ours_columns(ours["steps"])
+    b = trl_columns(trl["steps"]) if trl else {}
+    c = vllm_columns(vllm) if vllm else {}
+    runs = [f"ours {len(ours['steps'])} steps"] + ([f"TRL {len(trl['steps'])} steps"] if trl else [])
+    runs += [f"vLLM offline {len(vllm.get('runs', []))} generate calls"] if vllm else []
+    header, rule = "| | verl-ext (verl main_ppo) |", "|---|---:|"
+    if trl:
+        header, rule = header + " TRL GRPOTrainer | ours / TRL |", rule + "---:|---:|"
+    if vllm:
+        header, rule = header + " vLLM offline (ceiling) | ours / vLLM |", rule + "---:|---:|"
+    lines = [f"Load: {load}; {', '.join(runs)} (medians over steps 2..N)", "", header, rule]
     for key in a:
-        x, y = a[key], b.get(key)
-        ratio = f"{x / y:.2f}" if x is not None and y else ""
-        lines.append(f"| {key} | {_fmt(x)} | {_fmt(y)} | {ratio} |")
+        cells = [_fmt(a[key])]
+        if trl:
+            cells += [_fmt(b.get(key)), _ratio(a[key], b.get(key))]
+        if vllm:
+            cells += ["" if key not in c else _fmt(c[key]), _ratio(a[key], c.get(key))]
+        lines.append(f"| {key} | {' | '.join(cells)} |")
     lines += ["", "GPU memory: ours = the FSDP actor's peak reserved memory (vLLM runs in its own process with "
               "its gpu_memory_utilization share); TRL = torch peak reserved in the one process that also hosts "
               "colocated vLLM."]
+    if vllm:
+        lines += ["", ceiling_note(a, c)]
     return "\n".join(lines) + "\n"
+
+
+def ceiling_note(ours: dict[str, float | None], ceiling: dict[str, float | None]) -> str:
+    """Our generation phase against vLLM offline: wall-time ratio and time-per-token ratio (target <= 1.2)."""
+    time_ratio = _ratio(ours["generation s"], ceiling.get("generation s"))
+    token_ratio = _ratio(ceiling.get("generated tokens/s (generation)"), ours["generated tokens/s (generation)"])
+    return (f"Generation vs the vLLM ceiling (issue 14 target <= 1.2): wall time {time_ratio or 'n/a'}x, time per "
+            f"generated token {token_ratio or 'n/a'}x (ours {_fmt(ours['mean completion tokens'])} vs vLLM "
+            f"{_fmt(ceiling.get('mean completion tokens'))} tokens per completion).")
+
+
+def _ratio(x: float | None, y: float | None) -> str:
+    return f"{x / y:.2f}" if x is not None and y else ""
 
 
 def _fmt(value: float | None) -> str:
@@ -91,11 +131,18 @@ def _fmt(value: float | None) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--ours", type=Path, required=True)
-    parser.add_argument("--trl", type=Path, required=True)
+    parser.add_argument("--trl", type=Path, help="bench/trl_grpo.py JSON")
+    parser.add_argument("--vllm", type=Path, help="bench/vllm_offline.py JSON (the generation ceiling)")
     parser.add_argument("--load", default="")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
-    text = table(json.loads(args.ours.read_text()), json.loads(args.trl.read_text()), args.load)
+    missing = [f"{flag} {path}" for flag, path in (("--ours", args.ours), ("--trl", args.trl), ("--vllm", args.vllm))
+               if path is not None and not path.is_file()]
+    if missing:
+        parser.error(f"no such file: {', '.join(missing)}")
+    trl = json.loads(args.trl.read_text()) if args.trl else None
+    vllm = json.loads(args.vllm.read_text()) if args.vllm else None
+    text = table(json.loads(args.ours.read_text()), trl, args.load, vllm)
     args.out.write_text(text)
     print(text)
     return 0

@@ -64,6 +64,15 @@ step_summary() {
     if [[ -f "$file" ]]; then metrics+=("$file"); fi
   done
   python3 bench/summarize_run.py "${metrics[@]}" --out "$OUT/summary.json"
+  # start-up breakdown of the train call (the older of the train and resume console logs)
+  local log="" candidate samples=()
+  for candidate in "$OUT"/gpu-smoke-*.log; do
+    if [[ -f "$candidate" && ( -z "$log" || "$log" -nt "$candidate" ) ]]; then log="$candidate"; fi
+  done
+  if [[ -f "$OUT/samples_train.jsonl" ]]; then samples=(--samples "$OUT/samples_train.jsonl"); fi
+  if [[ -n "$log" ]]; then
+    python3 bench/startup_breakdown.py "$log" ${samples[@]+"${samples[@]}"} --out "$OUT/startup.json"
+  fi
   find "$CHECKPOINT_DIR" -maxdepth 3 -printf "%p %s\n" > "$OUT/checkpoints.txt" 2>&1 || true
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$OUT/gpu.txt" 2>&1 || true
 }

@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # Training speed side by side on one GPU: our openspiel-ppo.sh (verl main_ppo, the script's default speed
 # settings) and TRL's GRPOTrainer (vLLM colocate) on the same model, prompts, reward (verl_ext.reward),
-# LoRA (r32/alpha32, all-linear), group size, batch and response length; one optimizer step per batch.
-#   MODEL_PATH=/models/qwen bash bench/train_speed.sh smoke|realistic [all|ours|trl|compare] [hydra overrides]
+# LoRA (r32/alpha32, all-linear), group size, batch and response length; one optimizer step per batch;
+# and the ceiling for our generation phase: vLLM's offline LLM.generate on the same prompts and settings.
+#   MODEL_PATH=/models/qwen bash bench/train_speed.sh smoke|realistic [all|ours|trl|vllm|compare] [args]
 # Loads: smoke = 16 prompts x 4 samples x 64 tokens, 5 steps; realistic = 128 x 8 x 512, 4 steps.
-# Results: $OUT/<load>/{ours.json,trl.json,compare.md} (OUT defaults to outputs/train_speed).
+# args: hydra overrides for ours (and all); bench/vllm_offline.py flags for vllm (e.g. --max-num-seqs 256
+# --out "$OUT/realistic/vllm_256.json": the last --out wins).
+# Results: $OUT/<load>/{ours.json,startup.{json,md},trl.json,vllm.json,compare.md} (OUT: outputs/train_speed).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 load="${1:-smoke}"
@@ -13,7 +16,7 @@ shift 2 || shift $#
 case "$load" in
   smoke) prompts=16 samples=4 tokens=64 steps="${STEPS:-5}" micro=64 tasks=64 ;;
   realistic) prompts=128 samples=8 tokens=512 steps="${STEPS:-4}" micro=32 tasks=256 ;;
-  *) echo "usage: bench/train_speed.sh smoke|realistic [all|ours|trl|compare]" >&2; exit 2 ;;
+  *) echo "usage: bench/train_speed.sh smoke|realistic [all|ours|trl|vllm|compare]" >&2; exit 2 ;;
 esac
 : "${MODEL_PATH:?set MODEL_PATH to the model both trainers start from}"
 : "${OUT:=outputs/train_speed}" "${GAME_TYPES:=tic_tac_toe,connect_four}" "${PYTHON:=python3}"
@@ -29,11 +32,32 @@ run_ours() {
     bash train/scripts/openspiel-ppo.sh "$@"
   "$PYTHON" bench/summarize_run.py "$dir/verl_metrics.jsonl" --samples-per-step $(( prompts * samples )) \
     --out "$dir/ours.json"
+  startup
+}
+
+# Start-up breakdown of the newest console log of this load (launch -> Ray -> FSDP -> vLLM -> step 1)
+startup() {
+  local log="" candidate
+  for candidate in "$dir/speed-$load"-*.log; do
+    if [[ -f "$candidate" && ( -z "$log" || "$candidate" -nt "$log" ) ]]; then log="$candidate"; fi
+  done
+  if [[ -z "$log" ]]; then
+    echo "no console log $dir/speed-$load-*.log: start-up breakdown skipped" >&2
+    return 0
+  fi
+  local sample_log=()
+  if [[ -f "$dir/verl_samples.jsonl" ]]; then sample_log=(--samples "$dir/verl_samples.jsonl"); fi
+  "$PYTHON" bench/startup_breakdown.py "$log" ${sample_log[@]+"${sample_log[@]}"} --out "$dir/startup.json"
+}
+
+# The load's prompts as verl-ext export writes them (TRL and the vLLM ceiling read the same parquet)
+export_prompts() {
+  "$PYTHON" -m verl_ext.cli export --set "openspiel.game_types=[$GAME_TYPES]" \
+    --set "openspiel.num_tasks_per_case=$tasks" --split train --no-progress --out "$dir/train.parquet"
 }
 
 run_trl() {
-  "$PYTHON" -m verl_ext.cli export --set "openspiel.game_types=[$GAME_TYPES]" \
-    --set "openspiel.num_tasks_per_case=$tasks" --split train --no-progress --out "$dir/train.parquet"
+  export_prompts
   # TRL_PYTHONPATH: where trl is installed when it is kept apart from verl (verl 0.9.1 fails to start its
   # actor when trl 1.x is importable: it looks for trl's removed value-head classes)
   PYTHONPATH="${TRL_PYTHONPATH:+$TRL_PYTHONPATH:}${PYTHONPATH:-}" "$PYTHON" bench/trl_grpo.py --model "$MODEL_PATH" --data "$dir/train.parquet" --prompts "$prompts" \
@@ -41,15 +65,29 @@ run_trl() {
     --work-dir "$dir/trl_work" --out "$dir/trl.json" 2>&1 | tee "$dir/trl.log"
 }
 
+# vLLM offline on the same model, prompts, n, temperature, max tokens and GPU memory share as ours
+run_vllm() {
+  export_prompts
+  local eager=()
+  if [[ "${ENFORCE_EAGER:-False}" == "True" ]]; then eager=(--enforce-eager); fi
+  "$PYTHON" bench/vllm_offline.py --model "$MODEL_PATH" --data "$dir/train.parquet" --prompts "$prompts" \
+    --samples "$samples" --max-tokens "$tokens" --gpu-memory-utilization "${GPU_MEMORY_UTILIZATION:-0.4}" \
+    ${eager[@]+"${eager[@]}"} --out "$dir/vllm.json" "$@" 2>&1 | tee "$dir/vllm.log"
+}
+
 compare() {
-  "$PYTHON" bench/compare_speed.py --ours "$dir/ours.json" --trl "$dir/trl.json" \
+  local peers=()
+  if [[ -f "$dir/trl.json" ]]; then peers+=(--trl "$dir/trl.json"); fi
+  if [[ -f "$dir/vllm.json" ]]; then peers+=(--vllm "$dir/vllm.json"); fi
+  "$PYTHON" bench/compare_speed.py --ours "$dir/ours.json" ${peers[@]+"${peers[@]}"} \
     --load "$prompts prompts x $samples samples x $tokens tokens" --out "$dir/compare.md"
 }
 
 case "$what" in
   ours) run_ours "$@" ;;
   trl) run_trl ;;
+  vllm) run_vllm "$@" ;;
   compare) compare ;;
-  all) run_ours "$@"; run_trl; compare ;;
-  *) echo "usage: bench/train_speed.sh smoke|realistic [all|ours|trl|compare]" >&2; exit 2 ;;
+  all) run_ours "$@"; run_trl; run_vllm; compare ;;
+  *) echo "usage: bench/train_speed.sh smoke|realistic [all|ours|trl|vllm|compare]" >&2; exit 2 ;;
 esac

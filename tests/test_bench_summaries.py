@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from verl_ext.mixture import EnvMixture
@@ -116,3 +118,28 @@ def test_speed_table_puts_the_same_phases_side_by_side():
     assert "| update s | 1.5 | 0.6 | 2.50 |" in text
     assert "| log-prob passes s | 0 | 0.2 | 0.00 |" in text
     assert "| reward s (ours, serial sum) | 0.02 | 0.1 | 0.20 |" in text
+
+
+def test_speed_table_sets_our_generation_against_the_vllm_ceiling(tmp_path):
+    ours = {"num_steps": 2, "steps": [
+        {"timing_s/step": 97.0, "timing_s/gen": 42.2},
+        {"timing_s/step": 60.1, "timing_s/gen": 36.2, "generated_tokens_per_s_of_gen": 9300.0,
+         "response_length/mean": 330.0}]}
+    vllm = {"runs": [{"wall_s": 25.0}, {"wall_s": 19.0}, {"wall_s": 18.5}], "generation_s": 18.75,
+            "tokens_per_s": 15800.0, "mean_tokens": 293.0}
+    text = compare_speed.table(ours, None, "128 x 8 x 512", vllm)
+    assert "| | verl-ext (verl main_ppo) | vLLM offline (ceiling) | ours / vLLM |" in text
+    assert "| generation s | 36.2 | 18.8 | 1.93 |" in text
+    assert "| generated tokens/s (generation) | 9,300 | 15,800 | 0.59 |" in text
+    assert "| update s | n/a |  |  |" in text  # the ceiling has no training phases
+    assert "wall time 1.93x, time per generated token 1.70x (ours 330 vs vLLM 293 tokens" in text
+    assert "vLLM offline 3 generate calls" in text and "TRL" not in text.split("\n")[2]
+    (tmp_path / "ours.json").write_text(json.dumps(ours))
+    (tmp_path / "vllm.json").write_text(json.dumps(vllm))
+    out = tmp_path / "compare.md"
+    assert compare_speed.main(["--ours", str(tmp_path / "ours.json"), "--vllm", str(tmp_path / "vllm.json"),
+                               "--out", str(out)]) == 0
+    assert out.read_text() == compare_speed.table(ours, None, "", vllm)
+    with pytest.raises(SystemExit):
+        compare_speed.main(["--ours", str(tmp_path / "ours.json"), "--trl", str(tmp_path / "nope.json"),
+                            "--out", str(out)])

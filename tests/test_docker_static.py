@@ -282,6 +282,8 @@ ALLOWED = {
     "STEPS": "bench/train_speed.sh: optimizer steps of the speed benchmark (a bench setting, not a training one)",
     "PYTHONPATH": "standard Python variable; bench scripts extend it for their subprocesses",
     "SLURMD_NODENAME": "set by Slurm: the node a batch script runs on (multinode.sbatch puts the Ray head there)",
+    "EPOCHREALTIME": "bash 5's clock: the train scripts note when they started (start-up breakdown)",
+    "SETTINGS": "bench/rollout_sweep.sh: the settings file of the sweep (a bench setting, not a training one)",
 }
 ALLOWED_PREFIXES = {
     "SLURM_": "set by Slurm inside a job",

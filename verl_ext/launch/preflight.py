@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any, Mapping
 
+from ..replay_buffer import sampler_problems
 from .switches import check_switches
 
 # override key -> the variable the train scripts set it from
@@ -114,6 +115,7 @@ def check_ppo(cfg: Any, check_imports: bool = True, environ: Mapping[str, str] |
                              _int(cfg, "data.max_prompt_length") + _int(cfg, "data.max_response_length"))
     if cfg.data.custom_cls.get("path") == "pkg://verl_ext.dataset":
         problems += _check_envs(cfg)
+    problems += sampler_problems(cfg)
     problems += check_switches(cfg, os.environ if environ is None else environ, check_imports)
     return problems
 

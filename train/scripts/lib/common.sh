@@ -9,6 +9,7 @@ PYTHON="${PYTHON:-python3}"  # one interpreter for the pre-flight, the launcher 
 # sft.sh: "$PYTHON" -m torch.distributed.run ... (torchrun's workers then run that same interpreter).
 LAUNCHER=()
 COMMAND_HINT="bash $0"  # how the user ran us, repeated in the interpreter check's advice
+SCRIPT_STARTED="${EPOCHREALTIME:-$(date +%s)}"  # start-up is timed from here (bench/startup_breakdown.py)
 
 # .env holds secrets (HF_TOKEN, WANDB_API_KEY): exported to the run, never printed.
 load_dotenv() {
@@ -92,6 +93,9 @@ grpo_args() {
   : "${LOG_DIR:=$REPO_ROOT/logs}" "${LOGGERS:=[console,file,wandb]}"
   # verl's per-step dumps of prompts and responses (text; large on long runs): off unless set
   : "${ROLLOUT_DUMP_DIR:=}"
+  # Seconds between verl's looks for finished rollouts (verl's v1 replay buffer sleeps a fixed 2 s, so every
+  # rollout phase ends on a 2 s grid; docs/speed.md). Empty: verl's built-in sampler. Opt-in, to measure.
+  : "${ROLLOUT_POLL_INTERVAL:=}"
   if [[ "$ENABLE_LORA" == "1" ]]; then
     : "${LR:=6e-5}"
     local lora_rank="$LORA_RANK"
@@ -170,6 +174,11 @@ grpo_args() {
   if [[ -n "$LORA_ADAPTER_PATH" ]]; then
     ARGS+=(actor_rollout_ref.model.lora_adapter_path="$LORA_ADAPTER_PATH")
   fi
+  if [[ -n "$ROLLOUT_POLL_INTERVAL" ]]; then
+    ARGS+=(trainer.v1.sampler.custom_sampler.path=pkg://verl_ext.replay_buffer
+      trainer.v1.sampler.custom_sampler.name=poll_replay_buffer
+      +trainer.v1.sampler.sampler_kwargs.poll_interval="$ROLLOUT_POLL_INTERVAL")
+  fi
 }
 
 # Stop with a message, not a traceback, when $PYTHON cannot import what the command needs: it names the
@@ -199,6 +208,7 @@ launch() {
   local config_name="$1" module="$2"
   shift 2
   local launcher=("${LAUNCHER[@]}")
+  require_choice LOG_TIMESTAMPS "${LOG_TIMESTAMPS:=1}" 1 0
   if (( ${#launcher[@]} == 0 )); then launcher=("$PYTHON"); fi
   local cmd=("${launcher[@]}" -m "$module" "$@")
   if [[ "$DRY_RUN" == "1" ]]; then
@@ -221,5 +231,10 @@ launch() {
   export VERL_FILE_LOGGER_PATH="${VERL_FILE_LOGGER_PATH:-$run.metrics.jsonl}"
   export VERL_EXT_SAMPLE_LOG="${VERL_EXT_SAMPLE_LOG-$run.samples.jsonl}"
   echo "logging to $run.log (metrics: $VERL_FILE_LOGGER_PATH, samples: ${VERL_EXT_SAMPLE_LOG:-off})"
-  "${cmd[@]}" 2>&1 | tee "$run.log"
+  # LOG_TIMESTAMPS=1: the log file gets a wall-clock stamp per line (verl prints step lines without one)
+  if [[ "$LOG_TIMESTAMPS" == "1" ]]; then
+    "${cmd[@]}" 2>&1 | "$PYTHON" -u "$REPO_ROOT/verl_ext/launch/logtee.py" --started "$SCRIPT_STARTED" "$run.log"
+  else
+    "${cmd[@]}" 2>&1 | tee "$run.log"
+  fi
 }
