@@ -25,16 +25,8 @@ load_dotenv
 # -1: save only at the end; after_each_epoch, or every N steps, lets a killed run resume close to where it stopped
 : "${SFT_SAVE_FREQ:=-1}" "${SFT_TEST_FREQ:=-1}"
 if [[ "$ENABLE_LORA" == "1" ]]; then : "${LR:=1e-4}"; lora_rank="$LORA_RANK"; else : "${LR:=1e-5}"; lora_rank=0; fi
-# Packing rows (verl's SFT default) pays with flash-attn's varlen kernels; under SDPA a packed micro batch is one
-# L x L block-masked attention (same loss, measured 1.7x slower per step on a tiny model), as in the GRPO scripts.
-if [[ "$ATTN_IMPLEMENTATION" == flash_attention* ]]; then : "${USE_REMOVE_PADDING:=1}"; else : "${USE_REMOVE_PADDING:=0}"; fi
-remove_padding=False
-[[ "$USE_REMOVE_PADDING" == "1" ]] && remove_padding=True
-# verl's fused log-prob kernel: without flash-attn, verl 0.9.1 otherwise takes token log-probs in a Python loop
-# over every token (measured on an H100: 2 s per 64-row step of a 13M model, the whole step)
-: "${USE_FUSED_KERNELS:=1}"
-fused=False
-[[ "$USE_FUSED_KERNELS" == "1" ]] && fused=True
+# fused log-prob kernels and padded rows under SDPA, as in the GRPO scripts (lib/common.sh)
+log_prob_flags
 ARGS=(
   data.train_files="$SFT_TRAIN_FILE"
   data.val_files="$SFT_VAL_FILE"

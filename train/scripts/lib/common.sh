@@ -66,6 +66,23 @@ require_choice() {
   exit 2
 }
 
+# How verl's FSDP engine computes token log-probs, for GRPO and SFT alike: sets remove_padding and fused
+# (True/False for Hydra) from USE_REMOVE_PADDING and USE_FUSED_KERNELS.
+log_prob_flags() {
+  : "${ATTN_IMPLEMENTATION:=sdpa}"
+  # verl's fused log-prob kernels: without flash-attn, verl's plain log-prob path loops over every token in
+  # Python (measured: 13k log_softmax calls per 13k-token micro batch, 137 s of a 197 s GRPO step at 128x8x512;
+  # 2 s of every 2 s SFT step of a 13M model)
+  : "${USE_FUSED_KERNELS:=1}"
+  # Padding-free packing pays with flash-attn's varlen kernels; under SDPA the packed row gets a full
+  # L x L block mask (measured: 2.4x slower per micro batch than padded rows), so pack only with flash-attn.
+  if [[ "$ATTN_IMPLEMENTATION" == flash_attention* ]]; then : "${USE_REMOVE_PADDING:=1}"; else : "${USE_REMOVE_PADDING:=0}"; fi
+  remove_padding=False
+  fused=False
+  if [[ "$USE_REMOVE_PADDING" == "1" ]]; then remove_padding=True; fi
+  if [[ "$USE_FUSED_KERNELS" == "1" ]]; then fused=True; fi
+}
+
 # The GRPO recipe: verl main_ppo overrides built from the environment.
 grpo_args() {
   : "${MODEL_PATH:=Qwen/Qwen2.5-0.5B-Instruct}"
@@ -81,12 +98,6 @@ grpo_args() {
   local seq_len=$(( MAX_PROMPT_LENGTH + MAX_RESPONSE_LENGTH ))
   : "${MAX_TOKEN_LEN_PER_GPU:=$(( seq_len > 16384 ? seq_len : 16384 ))}"  # tokens per micro batch
   : "${GRADIENT_CHECKPOINTING:=1}" "${ACTOR_MODEL_DTYPE:=fp32}"
-  # verl's fused log-prob kernels: without flash-attn, verl's plain log-prob path loops over every token in
-  # Python (measured: 13k log_softmax calls per 13k-token micro batch, 137 s of a 197 s step at 128x8x512)
-  : "${USE_FUSED_KERNELS:=1}"
-  # Padding-free packing pays with flash-attn's varlen kernels; under SDPA the packed row gets a full
-  # L x L block mask (measured: 2.4x slower per micro batch than padded rows), so pack only with flash-attn.
-  if [[ "$ATTN_IMPLEMENTATION" == flash_attention* ]]; then : "${USE_REMOVE_PADDING:=1}"; else : "${USE_REMOVE_PADDING:=0}"; fi
   : "${N_GPUS_PER_NODE:=1}" "${NNODES:=1}" "${TENSOR_PARALLEL_SIZE:=1}"
   : "${PROJECT_NAME:=verl-ext}" "${EXPERIMENT_NAME:=${TASK_NAME}-${RUN_PROFILE}}"
   : "${CHECKPOINT_DIR:=$REPO_ROOT/checkpoints/$PROJECT_NAME/$EXPERIMENT_NAME}"
@@ -103,13 +114,12 @@ grpo_args() {
     : "${LR:=1e-6}"
     local lora_rank=0
   fi
-  local layered=False dynamic=False bypass=False checkpointing=False use_kl=True remove_padding=False fused=False
+  local layered=False dynamic=False bypass=False checkpointing=False use_kl=True remove_padding fused
+  log_prob_flags  # sets remove_padding, fused
   [[ "$LAYERED_SUMMON" == "1" ]] && layered=True
   [[ "$USE_DYNAMIC_BSZ" == "1" ]] && dynamic=True
   [[ "$BYPASS_OLD_LOG_PROB" == "1" ]] && bypass=True
   [[ "$GRADIENT_CHECKPOINTING" == "1" ]] && checkpointing=True
-  [[ "$USE_REMOVE_PADDING" == "1" ]] && remove_padding=True
-  [[ "$USE_FUSED_KERNELS" == "1" ]] && fused=True
   [[ "$KL_LOSS_COEF" =~ ^0*\.?0*$ ]] && use_kl=False  # KL off: verl then skips the reference forward pass
   ARGS=(
     algorithm.adv_estimator=grpo
