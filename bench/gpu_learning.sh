@@ -1,19 +1,16 @@
 #!/usr/bin/env bash
 # The learning evidence run on the lent GPU (no network): install the carried wheel chunks, then run stages of
 # train/recipes/from-scratch.sh in RUN_DIR; pack logs, metrics, eval results and plots into one archive under
-# $OUT, and the SFT model in parts small enough for the harness to return (to start later runs from it).
-#   bash bench/gpu_learning.sh install | pack | model-out | <recipe stages...>
+# $OUT, and merged models in parts small enough for the harness to return (to start later runs from them).
+#   bash bench/gpu_learning.sh install | pack | model-out [MODEL_DIR_NAME ...] | <recipe stages...>
+# shellcheck source-path=SCRIPTDIR
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-: "${OUT:=outputs/gpu_learning}" "${CHUNKS:=/tmp/chunks}" "${SITE:=/tmp/site}"
+# shellcheck source=lent_gpu_env.sh
+source bench/lent_gpu_env.sh
+: "${OUT:=outputs/gpu_learning}"
 export RUN_DIR="${RUN_DIR:-/tmp/learning}"
-export PYTHONPATH="$SITE:$PWD" VLLM_USE_FLASHINFER_SAMPLER=0 RAY_AUTH_MODE=disabled PYTHONUNBUFFERED=1
-export HF_HUB_OFFLINE=1 WANDB_MODE=offline TOKENIZERS_PARALLELISM=false
 mkdir -p "$OUT"
-
-step_install() {
-  python3 -m verl_ext.wheelhouse install --chunks "$CHUNKS" --target-dir "$SITE" 2>&1 | tail -3
-}
 
 # Everything small that the run wrote (no weights, checkpoints or parquet), plus the GPU's name.
 step_pack() {
@@ -24,16 +21,19 @@ step_pack() {
   ls -la "$OUT/learning.tgz"
 }
 
-# The merged SFT model (bf16) split into <= 15 MiB parts: `cat sft_hf.tar.part* | tar x` rebuilds it.
+# Merged models of RUN_DIR (default sft_hf; bf16) split into <= 15 MiB parts: `cat NAME.tar.part* | tar x`.
 step_model_out() {
-  tar cf - -C "$RUN_DIR" sft_hf | split -b 15M - "$OUT/sft_hf.tar.part"
-  ls -la "$OUT"/sft_hf.tar.part*
+  local name
+  for name in "${@:-sft_hf}"; do
+    tar cf - -C "$RUN_DIR" "$name" | split -b 15M - "$OUT/$name.tar.part"
+    ls -la "$OUT/$name".tar.part*
+  done
 }
 
 case "${1:-}" in
-  install) step_install ;;
+  install) install_wheels ;;
   pack) step_pack ;;
-  model-out) step_model_out ;;
-  "") echo "usage: bench/gpu_learning.sh install | pack | model-out | <stages of train/recipes/from-scratch.sh>" >&2; exit 2 ;;
+  model-out) shift; step_model_out "$@" ;;
+  "") echo "usage: bench/gpu_learning.sh install | pack | model-out [NAME ...] | <recipe stages>" >&2; exit 2 ;;
   *) bash train/recipes/from-scratch.sh "$@" ;;
 esac

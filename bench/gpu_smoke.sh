@@ -6,18 +6,16 @@
 # The switches pass through to openspiel-ppo.sh (ENABLE_LORA=0, FSDP_STRATEGY=fsdp, N_GPUS_PER_NODE=2,
 # TENSOR_PARALLEL_SIZE=2, ...). ROLLOUT_BACKEND=sglang (the h100-py312-cu130-sglang chunks in $SITE) runs SGLang
 # without FlashInfer kernels, as that target's [env] says: PyTorch sampling and triton attention.
+# shellcheck source-path=SCRIPTDIR
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-: "${OUT:=outputs/gpu_smoke}" "${CHUNKS:=/tmp/chunks}" "${SITE:=/tmp/site}" "${MODEL_DIR:=/tmp/qwen2.5-0.5b-random}"
+# shellcheck source=lent_gpu_env.sh
+source bench/lent_gpu_env.sh
+: "${OUT:=outputs/gpu_smoke}" "${MODEL_DIR:=/tmp/qwen2.5-0.5b-random}"
 : "${WORK:=/tmp/verl-ext-smoke}" "${TRL_SITE:=/tmp/site-trl}"
 mkdir -p "$OUT" "$WORK"
-export PYTHONPATH="$SITE:$PWD" VLLM_USE_FLASHINFER_SAMPLER=0 RAY_AUTH_MODE=disabled PYTHONUNBUFFERED=1
-export HF_HUB_OFFLINE=1 WANDB_MODE=offline TOKENIZERS_PARALLELISM=false
 export RUN_PROFILE=smoke MODEL_PATH="$MODEL_DIR" GAME_TYPES="${GAME_TYPES:-tic_tac_toe,connect_four}"
 export EXPERIMENT_NAME=gpu-smoke CHECKPOINT_DIR="$WORK/checkpoints" LOG_DIR="$OUT" LOGGERS='[console,file]'
-# System libraries carried next to the wheels when the image lacks them (docs/wheelhouse.md: libnuma.so.1 for
-# sgl_kernel): the loader looks there first.
-if [[ -d "$SITE/sysdeps" ]]; then export LD_LIBRARY_PATH="$SITE/sysdeps${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"; fi
 BACKEND_ARGS=()
 if [[ "${ROLLOUT_BACKEND:-vllm}" == sglang ]]; then
   export SGLANG_IS_FLASHINFER_AVAILABLE=false
@@ -25,7 +23,7 @@ if [[ "${ROLLOUT_BACKEND:-vllm}" == sglang ]]; then
 fi
 
 step_install() {
-  python3 -m verl_ext.wheelhouse install --chunks "$CHUNKS" --target-dir "$SITE" 2>&1 | tail -5
+  install_wheels
   # the TRL peer of bench/train_speed.sh goes to its own folder: with trl importable, verl 0.9.1 tries
   # trl's value-head classes that trl 1.x no longer has and the actor fails to start
   if compgen -G "$CHUNKS/extra/*.whl" > /dev/null; then
