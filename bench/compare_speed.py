@@ -95,11 +95,11 @@ def table(ours: dict[str, Any], trl: dict[str, Any] | None, load: str, vllm: dic
         header, rule = header + " vLLM offline (ceiling) | ours / vLLM |", rule + "---:|---:|"
     lines = [f"Load: {load}; {', '.join(runs)} (medians over steps 2..N)", "", header, rule]
     for key in a:
-        cells = [_fmt(a[key])]
+        cells = [fmt(a[key])]
         if trl:
-            cells += [_fmt(b.get(key)), _ratio(a[key], b.get(key))]
+            cells += [fmt(b.get(key)), _ratio(a[key], b.get(key))]
         if vllm:
-            cells += ["" if key not in c else _fmt(c[key]), _ratio(a[key], c.get(key))]
+            cells += ["" if key not in c else fmt(c[key]), _ratio(a[key], c.get(key))]
         lines.append(f"| {key} | {' | '.join(cells)} |")
     lines += ["", "GPU memory: ours = the FSDP actor's peak reserved memory (vLLM runs in its own process with "
               "its gpu_memory_utilization share); TRL = torch peak reserved in the one process that also hosts "
@@ -114,17 +114,18 @@ def ceiling_note(ours: dict[str, float | None], ceiling: dict[str, float | None]
     time_ratio = _ratio(ours["generation s"], ceiling.get("generation s"))
     token_ratio = _ratio(ceiling.get("generated tokens/s (generation)"), ours["generated tokens/s (generation)"])
     return (f"Generation vs the vLLM ceiling (issue 14 target <= 1.2): wall time {time_ratio or 'n/a'}x, time per "
-            f"generated token {token_ratio or 'n/a'}x (ours {_fmt(ours['mean completion tokens'])} vs vLLM "
-            f"{_fmt(ceiling.get('mean completion tokens'))} tokens per completion).")
+            f"generated token {token_ratio or 'n/a'}x (ours {fmt(ours['mean completion tokens'])} vs vLLM "
+            f"{fmt(ceiling.get('mean completion tokens'))} tokens per completion).")
 
 
 def _ratio(x: float | None, y: float | None) -> str:
     return f"{x / y:.2f}" if x is not None and y else ""
 
 
-def _fmt(value: float | None) -> str:
+def fmt(value: float | None, missing: str = "n/a") -> str:
+    """A table cell: thousands without decimals, smaller numbers to 3 significant digits."""
     if value is None:
-        return "n/a"
+        return missing
     return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
 
 

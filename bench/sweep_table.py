@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from compare_speed import ours_columns  # noqa: E402  (bench/ is not a package)
+from compare_speed import fmt, ours_columns  # noqa: E402  (bench/ is not a package)
 
 COLUMNS = ("step s", "generation s", "update s", "weight sync s", "generated tokens/s (generation)")
 
@@ -84,18 +84,12 @@ def table(root: Path, load: str, settings: list[Setting]) -> tuple[str, list[dic
     rows = [row(root, load, s, ceiling_s) for s in settings]
     keys = (*COLUMNS, "generation / vLLM", "start-up to step 1 s", "engine start s", "graph capture s")
     lines = [f"Rollout sweep, {load} load (medians over steps 2..N; ceiling: "
-             f"{ceiling.name if ceiling else 'none'} {_fmt(ceiling_s)} s)", "",
+             f"{ceiling.name if ceiling else 'none'} {fmt(ceiling_s, missing='')} s)", "",
              "| setting | change | " + " | ".join(keys) + " | status |", "|---|---|" + "---:|" * len(keys) + "---|"]
     for r in rows:
-        lines.append(f"| {r['setting']} | `{r['change']}` | " + " | ".join(_fmt(r.get(k)) for k in keys) +
+        lines.append(f"| {r['setting']} | `{r['change']}` | " + " | ".join(fmt(r.get(k), missing="") for k in keys) +
                      f" | {r['status']} |")
     return "\n".join(lines) + "\n", rows
-
-
-def _fmt(value: float | None) -> str:
-    if value is None:
-        return ""
-    return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
 
 
 def main(argv: list[str] | None = None) -> int:
