@@ -10,6 +10,7 @@ trainer, dataset, loss, FSDP2 wrapping and checkpointing that run on a GPU run h
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import types
@@ -39,7 +40,7 @@ class PlatformCPU(PlatformCUDA):
     def device_name(self) -> str:
         return "cpu"
 
-    @property
+    @functools.cached_property
     def device_module(self) -> types.ModuleType:
         module = types.ModuleType("verl_cpu_device")
         for name in ("set_device", "empty_cache", "synchronize", "manual_seed", "manual_seed_all",

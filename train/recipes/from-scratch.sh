@@ -62,10 +62,6 @@ need() {  # a stage's input must exist, else say which stage makes it
   fi
 }
 
-latest_checkpoint() {  # prints the experiment dir if it holds a finished checkpoint
-  [[ -f "$1/latest_checkpointed_iteration.txt" ]] && echo "$1"
-}
-
 stage_model() {
   run "$PYTHON" -m verl_ext.tiny_model --shape "$MODEL_SHAPE" --out "$BLANK" --game-types "$GAME_TYPES" \
     --seed "$RECIPE_SEED"
