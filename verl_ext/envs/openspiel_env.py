@@ -46,6 +46,11 @@ REWARD_MODES = ("legal", "outcome", "engine")
 CONTINUATIONS = ("random", "mcts")
 OBSERVATIONS = ("auto", "observation", "information_state")
 TASK_MODES = ("move", "game", "mixed")
+# An analysed move whose first search visited it fewer times than this (or than its share of the simulations)
+# gets a search of its own.
+MIN_MOVE_VISITS = 10
+# A chance node after an analysed move with at most this many outcomes is averaged over them; else rolled out.
+MAX_EXPANDED_CHANCE_OUTCOMES = 8
 # What a game row's ground truth says (the reward comes from the played game, not from this string).
 GAME_GROUND_TRUTH = "full game: reward from the played game's outcome"
 
@@ -442,27 +447,73 @@ class OpenSpielAdapter:
                             solve=True, random_state=np.random.RandomState(seed))
 
     def _analysis(self, case: str, state_str: str, position: _Position) -> dict[int, float]:
-        """MCTS value in [0, 1] of every legal move for the mover; computed once per position."""
+        """MCTS value in [0, 1] of every legal move for the mover; computed once per position.
+
+        One search from the position gives most moves their value: a proven outcome, or the mean return of a
+        move the search visited at least ``min_visits`` times. The others get a search of their own from the
+        position after the move. Without it, a search that proves a win early (OpenSpiel's solver stops
+        there) leaves the other moves with one random rollout or none, and those would score like the win:
+        a policy could throw away a won game at no cost.
+        """
 
         def search() -> dict[int, float]:
             game = load_game(case)
-            bot = self._mcts_bot(game, self._stable_seed(case, state_str))
-            root = bot.mcts_search(position.state.clone())
+            seed = self._stable_seed(case, state_str)
+            root = self._mcts_bot(game, seed).mcts_search(position.state.clone())
+            children = {child.action: child for child in root.children}
+            min_visits = max(MIN_MOVE_VISITS, self.config.mcts_simulations // max(1, len(position.moves)))
             values: dict[int, float] = {}
-            for child in root.children:
-                if child.outcome is not None:
+            for action in position.moves.values():
+                child = children.get(action)
+                if child is not None and child.outcome is not None:
                     raw = child.outcome[position.player]
-                elif child.explore_count:
+                elif child is not None and child.explore_count >= min_visits:
                     raw = child.total_reward / child.explore_count
                 else:
-                    continue
-                values[child.action] = self._normalise(game, raw)
-            worst = min(values.values()) if values else 0.0
-            for action in position.moves.values():
-                values.setdefault(action, worst)  # unexplored moves: no better than the worst explored one
+                    after = position.state.clone()
+                    after.apply_action(action)
+                    raw = self._state_value(game, after, position.player, min_visits, seed ^ (action + 1))
+                values[action] = self._normalise(game, raw)
             return values
 
         return self._analyses.get_or_compute((case, state_str), search)
+
+    def _state_value(self, game: pyspiel.Game, state: pyspiel.State, player: int, simulations: int,
+                     seed: int, expand_chance: bool = True) -> float:
+        """Return of ``player`` expected at ``state`` (raw units): exact at the end; at a chance node with few
+        outcomes the expectation over them (once per call chain), else random rollouts; at a decision node
+        the value of the move a search of ``simulations`` would play."""
+        if state.is_terminal():
+            return float(state.returns()[player])
+        if state.is_chance_node():
+            outcomes = state.chance_outcomes()
+            if not expand_chance or len(outcomes) > MAX_EXPANDED_CHANCE_OUTCOMES:
+                return self._rollout_value(state, player, simulations, seed)
+            total = 0.0
+            for i, (outcome, probability) in enumerate(outcomes):
+                child = state.clone()
+                child.apply_action(outcome)
+                total += probability * self._state_value(game, child, player, simulations, seed ^ (i + 1),
+                                                         expand_chance=False)
+            return total
+        root = self._mcts_bot(game, seed, simulations).mcts_search(state.clone())
+        proven = root.outcome if root.outcome is not None else root.best_child().outcome
+        if proven is not None:
+            return float(proven[player])
+        best = root.best_child()
+        mean = best.total_reward / best.explore_count  # the return of ``best.player``, who chose the move
+        if best.player == player:
+            return mean
+        if game.num_players() == 2 and game.get_type().utility == pyspiel.GameType.Utility.ZERO_SUM:
+            return -mean
+        return self._rollout_value(state, player, simulations, seed)
+
+    def _rollout_value(self, state: pyspiel.State, player: int, simulations: int, seed: int) -> float:
+        """Mean return of ``player`` over random playouts from ``state`` (OpenSpiel's rollout evaluator)."""
+        evaluator = mcts.RandomRolloutEvaluator(n_rollouts=max(1, simulations // 10),
+                                                random_state=np.random.RandomState(seed),
+                                                max_length=self.config.playout_max_steps)
+        return float(evaluator.evaluate(state)[player])
 
     def best_move(self, case: str, state_str: str) -> str:
         """The move an engine would choose: MCTS where the game allows it, else the best mean playout."""
