@@ -173,7 +173,9 @@ def test_game_rows_in_the_mixture_and_what_exports_do_with_them():
     assert [r["extra_info"]["seat"] for r in rows[:4]] == [0, 1, 0, 1]  # seats alternate with the task index
     assert all(r["prompt"][0]["content"].startswith("You are playing") for r in rows)
     sft, skipped = build_rows(games, "train", "sft", progress=False)
-    assert sft == [] and skipped == len(rows)  # no single reply answers a whole game
+    # an SFT row of a game is the engine's whole game (tests/test_game_demonstrations.py), leduc's too
+    assert skipped == 0 and len(sft) == len(rows)
+    assert all(len(r["messages"]) >= 2 and r["messages"][-1]["role"] == "assistant" for r in sft)
     mixed = EnvMixture({"openspiel": {"game_types": ["connect_four"], "task_mode": "mixed", "game_share": 0.25,
                                       "num_tasks_per_case": 400}})
     kinds = [mixed.row(ref, "train", 0)["agent_name"] for ref in mixed.plan("train")]

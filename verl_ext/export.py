@@ -16,7 +16,8 @@ import pyarrow.parquet as pq
 from tqdm import tqdm
 
 from .envs.config import ConfigError
-from .mixture import SPLITS, EnvMixture, TaskRef, subsample
+from .games.demonstration import demonstration_messages
+from .mixture import SPLITS, EnvMixture, TaskRef, is_game, subsample
 
 FORMATS = ("rl", "sft")
 # rows per unit of work handed to an export worker process
@@ -44,14 +45,27 @@ def load_env_section(config_path: str | None, overrides: list[str]) -> dict[str,
 
 
 def _row(mixture: EnvMixture, ref: TaskRef, split: str, fmt: str, index: int) -> dict[str, Any] | None:
-    """One exported row; None when an SFT row has no reference answer."""
+    """One exported row; None when an SFT row has no reference answer.
+
+    SFT rows of single moves are the prompt and the engine's answer; SFT rows of full games are the trained
+    seat's whole game conversation with the engine's move as every reply (``games/demonstration.py``), and
+    their ``prompt`` is that conversation's first message.
+    """
     row = mixture.row(ref, split, index)
     if fmt == "sft":
-        answer = mixture.adapters[ref.env].reference_answer(mixture.build(ref))
-        if answer is None:
-            return None
-        row["response"] = answer
-        row["messages"] = row["prompt"] + [{"role": "assistant", "content": answer}]
+        task = mixture.build(ref)
+        if is_game(task):
+            messages = demonstration_messages(mixture.adapters[ref.env], task.case, task.seed, int(task.info["seat"]))
+            if messages is None:
+                return None
+            row["prompt"] = messages[:1]
+        else:
+            answer = mixture.adapters[ref.env].reference_answer(task)
+            if answer is None:
+                return None
+            messages = row["prompt"] + [{"role": "assistant", "content": answer}]
+        row["response"] = messages[-1]["content"]
+        row["messages"] = messages
     return row
 
 

@@ -148,7 +148,8 @@ def check_episodes(adapter: EpisodeEnv, case: str, seeds: tuple[int, ...] = (0, 
     From every seat and each seed, two episodes fed the same seeded replies must show the same prompts and
     end the same way (chance resolved by the env, never a chance node to move); every prompt lists its legal
     moves and the answer format; each legal move written as an answer is legal; hostile replies never raise
-    and are never legal; returns come per player and normalise into [0, 1]. Games stop after ``max_moves``.
+    and are never legal; returns come per player and normalise into [0, 1]; the engine's reference move at the first turn,
+    if the env has one, is legal. Games stop after ``max_moves``.
     """
     num_players = adapter.start_episode(case, seeds[0], 0).num_players
     for seed in seeds:
@@ -171,6 +172,10 @@ def _play_episode(adapter: EpisodeEnv, case: str, seed: int, seat: int, max_move
         prompt = episode.prompt()
         if "<answer>" not in prompt or any(move not in prompt for move in moves):
             raise _fail(None, "episode prompt", f"{case}: the prompt must list every legal move and the format")
+        if episode.moves_played() == 0 and seat == 0:
+            reference = episode.reference_move()
+            if reference is not None and reference not in moves:
+                raise _fail(None, "episode reference move", f"{case}: engine move {reference!r} is not legal")
         move = rng.choice(moves)
         check = episode.check(f"I pick this.\n<answer>{move}</answer>")
         if not (check.legal and check.move == move and check.format_ok):

@@ -114,6 +114,11 @@ class Episode(Protocol):
         """Play a uniformly random legal move (seeded) for the player to move; returns it."""
         ...
 
+    def reference_move(self) -> str | None:
+        """The move the env's engine would play for the player to move (for SFT demonstrations of whole
+        games), or None where the env has no engine for this game."""
+        ...
+
     def returns(self) -> list[float]:
         """Every player's return (meaningful once the game is over)."""
         ...

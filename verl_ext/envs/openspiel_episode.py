@@ -105,6 +105,13 @@ class OpenSpielEpisode:
         self._apply(action)
         return move
 
+    def reference_move(self) -> str | None:
+        """The adapter's engine move (``best_move``: MCTS, or the best mean playout in games with per-step
+        rewards); like single-move SFT answers it is computed from the full state, hidden cards included."""
+        if self.state.is_terminal():
+            return None
+        return self.adapter.best_move(self.case, self.state.serialize())
+
     def returns(self) -> list[float]:
         return [float(r) for r in self.state.returns()]
 
