@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 
 from verl_ext.launch.preflight import check_ppo, compose
@@ -69,8 +70,14 @@ def test_dry_run_lists_every_stage_and_the_verl_commands_compose(tmp_path):
     assert lora_cfg.actor_rollout_ref.model.lora_rank == 32
     assert "--merge-lora" in lora["merge"][0] and "--verify" in lora["merge"][0]
 
+    export = stages["export"][0]
+    assert "openspiel.task_mode=mixed" in export and "openspiel.game_share=0.1" in export  # whole games too
+    single = stage_commands(recipe("--dry-run", "export", RUN_DIR=str(tmp_path), SFT_GAME_SHARE="0").stdout)
+    assert not any("task_mode" in arg for arg in single["export"][0])
+    assert sft.data.max_length == 4096 and grpo.actor_rollout_ref.actor.optim.lr == pytest.approx(1e-4)
+
     evaluation = stages["eval"][0]
-    assert evaluation[evaluation.index("--games-per-case") + 1] == "100"
+    assert evaluation[evaluation.index("--games-per-case") + 1] == "200"
     models = evaluation[evaluation.index("--models") + 1:evaluation.index("--games-per-case")]
     assert [m.split("=")[0] for m in models] == ["blank", "sft", "grpo", "random"]
 
@@ -90,6 +97,8 @@ def test_cpu_stages_run_for_real(tmp_path):
                EXPORT_JOBS="2", SFT_EPOCHS="2", SFT_BATCH_SIZE="16")
     recipe("model", "export", **env)
     assert (tmp_path / "model" / "config.json").is_file() and (tmp_path / "data" / "sft_train.parquet").is_file()
+    rows = pq.read_table(tmp_path / "data" / "sft_train.parquet").to_pylist()
+    assert any(len(row["messages"]) > 2 for row in rows)  # whole games go through verl's SFT trainer too
 
     # the exact overrides of the sft stage, through verl's trainer on CPU (sft.sh's launcher needs NCCL)
     sft_argv = stage_commands(recipe("--dry-run", "sft", **env).stdout)["sft"][0]

@@ -10,7 +10,7 @@
 # (a time limit, a lost node) is simply run again: SFT and GRPO resume from their last checkpoint.
 # --dry-run prints what each stage would run (the verl commands via the train scripts' own --dry-run).
 # Knobs (environment, defaults below; docs/learning.md): RUN_DIR GAME_TYPES MODEL_SHAPE SFT_TASKS_PER_CASE
-# VAL_TASKS_PER_CASE EXPORT_JOBS SFT_EPOCHS SFT_LR SFT_BATCH_SIZE GRPO_STEPS GRPO_LORA GRPO_LR GRPO_REWARD_MODE
+# SFT_GAME_SHARE VAL_TASKS_PER_CASE EXPORT_JOBS SFT_EPOCHS SFT_LR SFT_BATCH_SIZE GRPO_STEPS GRPO_LORA GRPO_LR GRPO_REWARD_MODE
 # GRPO_SAVE_FREQ GRPO_TEST_FREQ EVAL_GAMES EVAL_OPPONENTS EVAL_BACKEND EVAL_GENERATION_LENGTH; any train-script knob
 # (TRAIN_BATCH_SIZE, ROLLOUT_N, GPU_MEMORY_UTILIZATION, ...) passes through to the GRPO stage.
 # shellcheck source-path=SCRIPTDIR
@@ -23,16 +23,21 @@ SCRIPTS="$REPO_ROOT/train/scripts"
 
 : "${RUN_DIR:=$REPO_ROOT/outputs/from-scratch}" "${GAME_TYPES:=tic_tac_toe,connect_four}" "${MODEL_SHAPE:=small}"
 : "${RECIPE_SEED:=0}" "${FORCE:=0}"
-# data: MCTS reference moves for SFT (train positions), the held-out positions for SFT validation and eval
+# data: MCTS reference moves for SFT (train positions), the held-out positions for SFT validation and eval;
+# SFT_GAME_SHARE of the SFT rows are whole engine-played games (multi-turn rows: the warm start for
+# TASK_MODE=game training, docs/games.md), 0 for single moves only
 : "${SFT_TASKS_PER_CASE:=10000}" "${VAL_TASKS_PER_CASE:=200}" "${EXPORT_JOBS:=$(nproc 2>/dev/null || echo 1)}"
-# SFT: full fine-tune of the blank model; fp32 master weights (verl's default), cosine decay after a warm-up
-: "${SFT_EPOCHS:=5}" "${SFT_LR:=1e-3}" "${SFT_BATCH_SIZE:=128}" "${SFT_WARMUP_RATIO:=0.05}" "${SFT_MAX_LENGTH:=512}"
+: "${SFT_GAME_SHARE:=0.1}"
+# SFT: full fine-tune of the blank model; fp32 master weights (verl's default), cosine decay after a warm-up.
+# verl's SFT rows are not padded to the max length, so room for whole games costs nothing on single moves.
+: "${SFT_EPOCHS:=5}" "${SFT_LR:=1e-3}" "${SFT_BATCH_SIZE:=128}" "${SFT_WARMUP_RATIO:=0.05}" "${SFT_MAX_LENGTH:=4096}"
 # GRPO from the SFT model: engine reward (MCTS value of the move vs the best move) keeps a signal once moves
 # are legal; full fine-tune by default (GRPO_LORA=1: LoRA rank LORA_RANK)
 : "${GRPO_STEPS:=80}" "${GRPO_LORA:=0}" "${GRPO_REWARD_MODE:=engine}" "${GRPO_SAVE_FREQ:=10}" "${GRPO_TEST_FREQ:=10}"
-if [[ "$GRPO_LORA" == "1" ]]; then : "${GRPO_LR:=2e-4}"; else : "${GRPO_LR:=5e-5}"; fi
+# full fine-tune lr: the first H100 run's 5e-5 moved the policy little (ppo_kl <= 1.3e-3, clip fraction <= 0.6 %)
+if [[ "$GRPO_LORA" == "1" ]]; then : "${GRPO_LR:=2e-4}"; else : "${GRPO_LR:=1e-4}"; fi
 # eval: blank vs SFT vs SFT+GRPO vs a random legal mover, held-out positions and full games
-: "${EVAL_GAMES:=100}" "${EVAL_OPPONENTS:=random,mcts:50}" "${EVAL_BACKEND:=auto}" "${EVAL_GENERATION_LENGTH:=32}"
+: "${EVAL_GAMES:=200}" "${EVAL_OPPONENTS:=random,mcts:50}" "${EVAL_BACKEND:=auto}" "${EVAL_GENERATION_LENGTH:=32}"
 
 BLANK="$RUN_DIR/model"
 DATA="$RUN_DIR/data"
@@ -70,6 +75,9 @@ stage_model() {
 stage_export() {
   local common=("${ENV_SETS[@]}" --set "openspiel.num_tasks_per_case=$SFT_TASKS_PER_CASE"
                 --set "val_tasks_per_case=$VAL_TASKS_PER_CASE" --format sft --jobs "$EXPORT_JOBS" --no-progress)
+  if [[ "$SFT_GAME_SHARE" != "0" ]]; then
+    common+=(--set openspiel.task_mode=mixed --set "openspiel.game_share=$SFT_GAME_SHARE")
+  fi
   run "$PYTHON" -m verl_ext.cli export "${common[@]}" --split train --out "$DATA/sft_train.parquet"
   run "$PYTHON" -m verl_ext.cli export "${common[@]}" --split val --out "$DATA/sft_val.parquet"
 }
