@@ -14,7 +14,7 @@ from verl_ext.envs.openspiel_env import OpenSpielAdapter, OpenSpielConfig, legal
 TTT = pyspiel.load_game("tic_tac_toe")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def minimax(serialised: str) -> int:
     """Exact value of a tic_tac_toe position for the player to move (-1, 0, 1): the test's oracle."""
     state = TTT.deserialize_state(serialised)
