@@ -7,7 +7,7 @@ Times come from, in order of preference: the line's own timestamp (Ray and verl 
 to the second without a year, which is taken from the nearest full timestamp), else the wall-clock stamp the
 train scripts put on every log line (``verl_ext/launch/logtee.py``, ``LOG_TIMESTAMPS=1``). Time 0 is the
 logtee's launch line (the train script's start), else ``--launched``, else the first timestamped line (said
-so in the output). Each milestone is the first line matching its pattern; ``MILESTONES`` lists every pattern
+so in the output). Each milestone is the first line matching its pattern (the first that carries a time); ``MILESTONES`` lists every pattern
 with the verl 0.9.1 / vLLM 0.24.0 / Ray 2.60.0 source that prints it. vLLM's own durations (weights, torch
 .compile, CUDA graph capture, whole engine init) are read from its messages. verl logs nothing around the
 first weight sync (``PPOTrainerSync.on_init_end``, verl/trainer/ppo/v1/trainer_sync.py:31-33) or agent-loop
@@ -54,24 +54,30 @@ MILESTONES: tuple[Milestone, ...] = (
               "verl trainer/ppo/v1/trainer_base.py:325"),
     Milestone("reward_workers", "reward loop workers created", r"reward loop manager initialized",
               "verl trainer/ppo/v1/trainer_base.py:346"),
-    Milestone("vllm_server", "vLLM server actor started", r"replica_rank: \d+, node_rank: \d+",
-              "verl workers/rollout/vllm_rollout/vllm_async_server.py:1121-1128"),
+    Milestone("vllm_server", "vLLM server actor started", r"replica_rank: \d+, node_rank: \d+|\['serve',",
+              "verl workers/rollout/vllm_rollout/vllm_async_server.py:1121-1128 (or its `serve` argument list, :456-459)"),
     Milestone("vllm_engine_start", "vLLM engine core starting", r"Initializing a V1 LLM engine \(v",
               "vllm 0.24.0 vllm/v1/engine/core.py:113-118"),
-    Milestone("vllm_weights", "vLLM weights loaded", r"Model loading took ",
-              "vllm 0.24.0 vllm/v1/worker/gpu_model_runner.py:5255-5259"),
+    Milestone("vllm_weights", "vLLM weights loaded",
+              r"Model loading took |Loading safetensors checkpoint shards: 100%",
+              "vllm 0.24.0 vllm/v1/worker/gpu_model_runner.py:5255-5259 (or the loading bar, "
+              "model_loader/weight_utils.py:835)"),
     Milestone("vllm_compile", "vLLM torch.compile done",
               r"torch\.compile (?:took|and initial profiling/warmup run together took) [\d.]+ s in total",
               "vllm 0.24.0 vllm/compilation/monitor.py:20, decorators.py:672-676"),
     Milestone("vllm_kv_cache", "vLLM KV cache sized", r"GPU KV cache size: ",
               "vllm 0.24.0 vllm/v1/core/kv_cache_utils.py:2146"),
+    Milestone("vllm_graphs_start", "vLLM CUDA graph capture started", r"Capturing CUDA graphs \(",
+              "vllm 0.24.0 vllm/v1/worker/gpu_model_runner.py:6718 (its progress bar)"),
     Milestone("vllm_graphs", "vLLM CUDA graph capture done", r"Graph capturing finished in ",
               "vllm 0.24.0 vllm/v1/worker/gpu_model_runner.py:6656-6660"),
     Milestone("vllm_engine_ready", "vLLM engine ready",
               r"init engine \(profile, create kv cache, warmup model\) took ",
               "vllm 0.24.0 vllm/v1/engine/core.py:326-348"),
-    Milestone("vllm_server_ready", "vLLM server ready (verl)", r"Initializing a V1 LLM engine with config: ",
-              "verl workers/rollout/vllm_rollout/vllm_async_server.py:529-530"),
+    Milestone("vllm_server_ready", "vLLM server ready (verl)",
+              r"Initializing a V1 LLM engine with config: |LLMServerManager: \[",
+              "verl workers/rollout/vllm_rollout/vllm_async_server.py:529-530 (or the server list, "
+              "workers/rollout/llm_server.py:487)"),
     Milestone("checkpoint_manager", "weight-sync manager created", r"checkpoint engine manager initialized",
               "verl trainer/ppo/v1/trainer_base.py:383"),
     Milestone("ready_to_fit", "ready to fit (before the first weight sync)", r"all initialize finished, ready to fit",
@@ -168,7 +174,9 @@ def breakdown(raw_lines: Iterable[str], samples: dict[str, datetime] | None = No
         if m.pattern is None:
             continue
         pattern = re.compile(m.pattern)
-        index = next((i for i, line in enumerate(lines) if pattern.search(line.text)), None)
+        matches = [i for i, line in enumerate(lines) if pattern.search(line.text)]
+        # progress bars are also echoed without the stamp (after a carriage return): take a timed copy
+        index = next((i for i in matches if line_time(lines, i)[0] is not None), matches[0] if matches else None)
         if index is not None:
             at, how = line_time(lines, index)
             found[m.key] = {"at": at, "time_from": how, "line": lines[index].text[:200], "index": index}
@@ -251,7 +259,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         except ValueError:
             parser.error(f"--launched {args.launched!r}: expected 'YYYY-MM-DD HH:MM:SS'")
     samples = sample_times(args.samples) if args.samples else None
-    with args.log.open(errors="replace") as handle:
+    # split at newlines only: a progress bar's carriage returns stay inside the stamped line they belong to
+    with args.log.open(errors="replace", newline="\n") as handle:
         result = breakdown(handle, samples, launched)
     text = markdown(result)
     if args.out:

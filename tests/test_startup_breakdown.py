@@ -76,7 +76,7 @@ def test_every_milestone_is_timed_from_the_exact_messages():
     assert rows["actor_init"]["since_launch_s"] == pytest.approx(84.0)
     assert rows["vllm_engine_start"]["since_launch_s"] == 99.0  # vLLM: seconds, the year from its neighbours
     assert rows["vllm_engine_start"]["time_from"] == "own timestamp (s, year inferred)"
-    assert rows["vllm_graphs"]["after_previous_s"] == pytest.approx(19.0)
+    assert rows["vllm_graphs"]["after_previous_s"] == pytest.approx(18.0)  # after the capture bar began
     assert rows["ready_to_fit"]["since_launch_s"] == pytest.approx(167.0)
     assert rows["validation_done"]["time_from"] == "log stamp"  # pprint carries no time: the stamp times it
     assert rows["validation_done"]["since_launch_s"] == pytest.approx(282.5)
@@ -86,7 +86,7 @@ def test_every_milestone_is_timed_from_the_exact_messages():
     assert result["vllm_reported"] == {"vllm_weights_load_s": 1.234567, "vllm_torch_compile_s": 20.51,
                                        "vllm_graph_capture_s": 18.0, "vllm_engine_init_s": 47.8}
     text = startup.markdown(result)
-    assert "| vLLM CUDA graph capture done | 156.0 | 19.0 | own timestamp (s, year inferred) |" in text
+    assert "| vLLM CUDA graph capture done | 156.0 | 18.0 | own timestamp (s, year inferred) |" in text
     assert "Launch to step 1 start: 286.1 s." in text
 
 
@@ -157,3 +157,25 @@ def test_cli_names_a_missing_file(tmp_path, capsys):
 def test_docs_list_every_pattern():
     docs = (REPO / "docs" / "speed.md").read_text()
     assert all(f"| {m.label} |" in docs for m in startup.MILESTONES)
+
+
+def test_the_committed_h200_excerpt_without_vllm_info_lines(tmp_path):
+    """vLLM logged no INFO lines in that run: its loading bar, graph-capture bar and verl's server list time it."""
+    log = REPO / "docs" / "runs" / "2026-11-23-h200-learning" / "grpo_log_excerpt.txt"
+    with log.open(newline="\n") as handle:
+        rows = by_key(startup.breakdown(handle))
+    assert rows["launch"]["since_launch_s"] == 0.0
+    assert rows["vllm_server"]["since_launch_s"] == pytest.approx(143.593)
+    assert rows["vllm_weights"]["since_launch_s"] == pytest.approx(195.889)
+    assert rows["vllm_graphs_start"]["since_launch_s"] == pytest.approx(215.293)
+    assert rows["vllm_server_ready"]["since_launch_s"] == pytest.approx(221.007)
+    assert rows["step1_start"]["since_launch_s"] == pytest.approx(253.2, abs=0.1)
+    # a progress bar echoed after a carriage return carries no stamp: the stamped copy is the one timed
+    bar = "Loading safetensors checkpoint shards: 100% Completed | 1/1"
+    lines = ["2026-11-23 13:30:00.000 | [verl-ext] launch: train script started\n",
+             f"2026-11-23 13:30:10.000 | (Worker pid=1) {bar.replace('100%', '0%')}\r(Worker pid=1) {bar}\n",
+             f"{bar}\n"]
+    path = tmp_path / "bars.log"
+    path.write_text("".join(lines))
+    with path.open(newline="\n") as handle:
+        assert by_key(startup.breakdown(handle))["vllm_weights"]["since_launch_s"] == pytest.approx(10.0)
