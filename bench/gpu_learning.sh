@@ -2,7 +2,9 @@
 # The learning evidence run on the lent GPU (no network): install the carried wheel chunks, then run stages of
 # train/recipes/from-scratch.sh in RUN_DIR; pack logs, metrics, eval results and plots into one archive under
 # $OUT, and merged models in parts small enough for the harness to return (to start later runs from them).
-#   bash bench/gpu_learning.sh install | pack | model-out [MODEL_DIR_NAME ...] | <recipe stages...>
+#   bash bench/gpu_learning.sh install | pack | model-out [MODEL_DIR_NAME ...] | model-in DIR | <recipe stages...>
+# model-in unpacks model parts carried from an earlier run (DIR/NAME.tar.part*) into RUN_DIR, so a session can
+# start at `grpo` from a carried SFT model: `bash bench/gpu_learning.sh model-in outputs/carry && ... model grpo`.
 # shellcheck source-path=SCRIPTDIR
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -30,10 +32,26 @@ step_model_out() {
   done
 }
 
+# Unpack every NAME.tar.part* set in DIR (written by model-out) into RUN_DIR.
+step_model_in() {
+  local dir="${1:?usage: bench/gpu_learning.sh model-in DIR}" first name found=0
+  mkdir -p "$RUN_DIR"
+  for first in "$dir"/*.tar.partaa; do
+    [[ -e "$first" ]] || continue
+    name="$(basename "$first" .tar.partaa)"
+    cat "$dir/$name".tar.part* | tar xf - -C "$RUN_DIR"
+    echo "model-in: $name -> $RUN_DIR/$name"
+    found=1
+  done
+  if (( ! found )); then echo "model-in: no *.tar.partaa in '$dir'" >&2; exit 2; fi
+}
+
 case "${1:-}" in
   install) install_wheels ;;
   pack) step_pack ;;
   model-out) shift; step_model_out "$@" ;;
-  "") echo "usage: bench/gpu_learning.sh install | pack | model-out [NAME ...] | <recipe stages>" >&2; exit 2 ;;
+  model-in) shift; step_model_in "$@" ;;
+  "") echo "usage: bench/gpu_learning.sh install | pack | model-out [NAME ...] | model-in DIR | <recipe stages>" >&2
+      exit 2 ;;
   *) bash train/recipes/from-scratch.sh "$@" ;;
 esac

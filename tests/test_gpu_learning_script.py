@@ -1,0 +1,40 @@
+"""bench/gpu_learning.sh model-out / model-in: a model split into parts small enough to come back from the lent
+GPU, and carried into a later session, unpacks to the same bytes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPT = REPO / "bench" / "gpu_learning.sh"
+
+
+def run(*args: str, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", str(SCRIPT), *args], capture_output=True, text=True,
+                          env={**os.environ, **env}, cwd=REPO)
+
+
+def test_model_parts_round_trip(tmp_path):
+    source = tmp_path / "run" / "sft_hf"
+    source.mkdir(parents=True)
+    weights = os.urandom(17 * 1024 * 1024)  # over one 15 MiB part
+    (source / "model.safetensors").write_bytes(weights)
+    (source / "config.json").write_text('{"model_type": "qwen2"}')
+    out = tmp_path / "out"
+    sent = run("model-out", "sft_hf", OUT=str(out), RUN_DIR=str(tmp_path / "run"))
+    assert sent.returncode == 0, sent.stderr
+    assert sorted(p.name for p in out.glob("sft_hf.tar.part*")) == ["sft_hf.tar.partaa", "sft_hf.tar.partab"]
+
+    target = tmp_path / "next-session"
+    received = run("model-in", str(out), OUT=str(tmp_path / "out2"), RUN_DIR=str(target))
+    assert received.returncode == 0, received.stderr
+    assert "model-in: sft_hf" in received.stdout
+    assert (target / "sft_hf" / "model.safetensors").read_bytes() == weights
+    assert (target / "sft_hf" / "config.json").read_text() == '{"model_type": "qwen2"}'
+
+
+def test_model_in_without_parts_names_the_folder(tmp_path):
+    result = run("model-in", str(tmp_path), OUT=str(tmp_path / "out"), RUN_DIR=str(tmp_path / "run"))
+    assert result.returncode == 2 and f"no *.tar.partaa in '{tmp_path}'" in result.stderr
