@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 import threading
 
@@ -72,9 +73,11 @@ def test_env_overrides_switch_reward_mode():
 
 
 def test_group_of_concurrent_samples_runs_the_analysis_once(monkeypatch):
-    """16 samples of one prompt scored by 16 threads at once: one analysis of the position, shared."""
+    """16 samples of one prompt scored by 16 threads at once: one analysis of the position, shared (rows
+    without the dataset's precomputed table, as with ``precompute_move_values: false``)."""
     mixture = EnvMixture({"openspiel": {"cases": ["connect_four"], "num_tasks_per_case": 1,
-                                        "reward_mode": "engine", "mcts_simulations": 60}})
+                                        "reward_mode": "engine", "mcts_simulations": 60,
+                                        "precompute_move_values": False}})
     ref = mixture.plan("train")[0]
     row, task = mixture.row(ref, "train", 0), mixture.build(ref)
     settings = mixture.settings["openspiel"]
@@ -106,3 +109,49 @@ def test_group_of_concurrent_samples_runs_the_analysis_once(monkeypatch):
     # the best move (per the shared analysis) earns the full reward
     best = adapter.best_move(task.case, task.state)
     assert _score(row, f"<answer>{best}</answer>")["score"] == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("mode", ["engine", "outcome"])
+def test_a_row_carries_its_move_values_and_the_reward_searches_nothing(monkeypatch, mode):
+    """The dataset computes the per-move table once per prompt (in verl's dataloader workers); every reward
+    worker then only looks it up, and scores exactly what it would have computed itself."""
+    settings = {"cases": ["connect_four"], "num_tasks_per_case": 2, "reward_mode": mode, "mcts_simulations": 40,
+                "outcome_playouts": 2, "seed": 3}
+    mixture = EnvMixture({"openspiel": settings})
+    ref = mixture.plan("train")[1]
+    row, task = mixture.row(ref, "train", 1), mixture.build(ref)
+    table = json.loads(row["extra_info"]["move_values"])
+    assert len(table["values"]) == len(task.legal_moves) and table["settings"].startswith("v2|" + mode)
+    replies = [f"<answer>{move}</answer>" for move in task.legal_moves]
+    # the same settings without a precomputed table: the reward computes the values itself
+    plain = EnvMixture({"openspiel": {**settings, "precompute_move_values": False}})
+    plain_row = plain.row(plain.plan("train")[1], "train", 1)
+    assert "move_values" not in plain_row["extra_info"]
+    expected = [_score(plain_row, reply)["score"] for reply in replies]
+
+    adapter = cached_env("openspiel", mixture.env_config_json("openspiel"))  # this test's own settings: fresh
+    searched = []
+    for cache in (adapter._analyses, adapter._outcomes):
+        def spying(key, compute, original=cache.get_or_compute):
+            return original(key, lambda: searched.append(key) or compute())
+        monkeypatch.setattr(cache, "get_or_compute", spying)
+    assert [_score(row, reply)["score"] for reply in replies] == expected
+    assert searched == []  # every value came from the row
+
+
+def test_a_table_computed_under_other_settings_is_not_used_and_a_broken_one_is_named(caplog):
+    mixture = EnvMixture({"openspiel": {"cases": ["tic_tac_toe"], "num_tasks_per_case": 1,
+                                        "reward_mode": "engine", "mcts_simulations": 50}})
+    row = mixture.row(mixture.plan("train")[0], "train", 0)
+    task = mixture.build(mixture.plan("train")[0])
+    reply = f"<answer>{task.legal_moves[0]}</answer>"
+    # a reward override (other simulations): the row's table does not apply, the reward computes its own
+    overridden = _score(row, reply, env_overrides={"openspiel": {"mcts_simulations": 20}})
+    assert overridden["failed"] == 0.0
+    fresh = EnvMixture({"openspiel": {"cases": ["tic_tac_toe"], "num_tasks_per_case": 1, "reward_mode": "engine",
+                                      "mcts_simulations": 20, "precompute_move_values": False}})
+    assert overridden["score"] == _score(fresh.row(fresh.plan("train")[0], "train", 0), reply)["score"]
+    broken = {**row, "extra_info": {**row["extra_info"], "move_values": '{"settings": 1}'}}
+    with caplog.at_level("ERROR"):
+        assert _score(broken, reply)["failed"] == 1.0
+    assert "extra_info.move_values" in caplog.text

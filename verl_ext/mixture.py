@@ -158,7 +158,11 @@ class EnvMixture:
     def row(self, ref: TaskRef, split: str, row_index: int) -> dict[str, Any]:
         """A row in verl's RL format (``raw_prompt`` is added by the dataset, ``prompt`` by export)."""
         task = self.build(ref)
-        return task_row(task, split, row_index, self.env_config_json(ref.env), with_agent_name=self.has_games)
+        row = task_row(task, split, row_index, self.env_config_json(ref.env), with_agent_name=self.has_games)
+        precompute = getattr(self.adapters[ref.env], "move_values", None)
+        if precompute is not None and (values := precompute(task)) is not None:
+            row["extra_info"]["move_values"] = values  # the reward's per-move table, computed here, ahead
+        return row
 
 
 def is_game(task: Task) -> bool:

@@ -86,6 +86,8 @@ def compute_score(data_source: Any = None, solution_str: Any = None, ground_trut
         if info.get("mode") == "game":
             scored = _score_game_row(adapter, info, started)
         else:
+            if info.get("move_values") is not None and hasattr(adapter, "prime_move_values"):
+                adapter.prime_move_values(str(info["case"]), str(info["state"]), info["move_values"])
             result = adapter.score(str(info["case"]), str(info["state"]), solution_str)
             scored = _result(result.score, result.format_ok, result.valid, result.task_score, False, started,
                              _dataset_ms(info))

@@ -57,3 +57,11 @@ class OnceLRU(Generic[V]):
                     self._data.popitem(last=False)
                 self._inflight.pop(key, None)
             return value
+
+    def put(self, key: Hashable, value: V) -> None:
+        """Store ``value`` for ``key`` (computed elsewhere, e.g. by the dataset ahead of the reward)."""
+        with self._lock:
+            self._data[key] = value
+            self._data.move_to_end(key)
+            while len(self._data) > self.maxsize:
+                self._data.popitem(last=False)

@@ -3,6 +3,7 @@ full-game episodes (``task_mode: game``; played by ``verl_ext/games``, see docs/
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import zlib
@@ -49,6 +50,9 @@ TASK_MODES = ("move", "game", "mixed")
 # An analysed move whose first search visited it fewer times than this (or than its share of the simulations)
 # gets a search of its own.
 MIN_MOVE_VISITS = 10
+# Version of the per-move value tables (engine analysis, outcome playouts): part of the settings a precomputed
+# table in a row must match before the reward uses it. Bump it when the way values are computed changes.
+MOVE_VALUES_VERSION = 2
 # A chance node after an analysed move with at most this many outcomes is averaged over them; else rolled out.
 MAX_EXPANDED_CHANCE_OUTCOMES = 8
 # What a game row's ground truth says (the reward comes from the played game, not from this string).
@@ -78,6 +82,7 @@ class OpenSpielConfig:
     max_response_chars: int = 16384
     max_answer_chars: int = 64
     cache_size: int = 4096
+    precompute_move_values: bool = True
     task_mode: str = "move"
     game_share: float = 0.5
     game: dict | None = None
@@ -400,6 +405,57 @@ class OpenSpielAdapter:
         total = cfg.format_weight + (1.0 - cfg.format_weight) * task_score
         return ScoreResult(total, True, True, task_score, parsed.text, "ok")
 
+    # ----------------------------------------------------------------- per-move tables computed ahead
+    def _values_settings(self) -> str:
+        """Everything a position's value table depends on besides the position (the reward side must match)."""
+        c = self.config
+        return (f"v{MOVE_VALUES_VERSION}|{c.reward_mode}|sims={c.mcts_simulations}|rollouts={c.mcts_rollouts}|"
+                f"uct={c.mcts_uct_c}|steps={c.playout_max_steps}|cont={c.continuation}|"
+                f"playouts={c.outcome_playouts}|seed={c.seed}")
+
+    def _values_cache(self) -> OnceLRU[dict[int, float]] | None:
+        return {"engine": self._analyses, "outcome": self._outcomes}.get(self.config.reward_mode)
+
+    def move_values(self, task: Task) -> str | None:
+        """The value of every legal move of a single-move ``task`` as the reward will need it (JSON, with the
+        settings it was computed under), or None: ``legal`` mode, game rows, ``precompute_move_values: false``.
+
+        The dataset puts it into the row (``extra_info.move_values``), so the MCTS search or playouts run in
+        verl's dataloader workers, ahead of the rollout, once per prompt, instead of in every reward worker
+        that gets one of the prompt's samples.
+        """
+        if not self.config.precompute_move_values or self._values_cache() is None or task.info.get("mode") == "game":
+            return None
+        position = self._position(task.case, task.state)
+        if self.config.reward_mode == "engine":
+            values = self._analysis(task.case, task.state, position)
+        else:
+            values = self._outcomes_table(task.case, task.state, position)
+        return json.dumps({"settings": self._values_settings(),
+                           "values": {str(a): float(v) for a, v in sorted(values.items())}})
+
+    def prime_move_values(self, case: str, state_str: str, payload: object) -> bool:
+        """Take a row's precomputed table into the cache when it was computed under this adapter's settings
+        (False: other settings, e.g. reward overrides; the reward then computes its own). A malformed table
+        raises ValueError naming ``extra_info.move_values``."""
+        cache = self._values_cache()
+        if cache is None:
+            return False
+        try:
+            data = json.loads(payload) if isinstance(payload, str) else payload
+            settings, raw = data["settings"], data["values"]
+            values = {int(action): float(value) for action, value in raw.items()}
+        except (TypeError, ValueError, KeyError, AttributeError) as err:
+            raise ValueError(f"extra_info.move_values: not a table of move values ({err!r})") from err
+        if settings != self._values_settings():
+            return False
+        position = self._position(case, state_str)
+        if set(values) != set(position.moves.values()) or not all(0.0 <= v <= 1.0 for v in values.values()):
+            raise ValueError(f"extra_info.move_values: the table does not match the legal moves of this {case!r} "
+                             f"position or has values outside [0, 1]: {raw!r}")
+        cache.put((case, state_str), values)
+        return True
+
     def _normalise(self, game: pyspiel.Game, value: float) -> float:
         return normalised_return(game, value)
 
@@ -482,7 +538,7 @@ class OpenSpielAdapter:
                      seed: int, expand_chance: bool = True) -> float:
         """Return of ``player`` expected at ``state`` (raw units): exact at the end; at a chance node with few
         outcomes the expectation over them (once per call chain), else random rollouts; at a decision node
-        the value of the move a search of ``simulations`` would play."""
+        the proven outcome or the mean return over a search of ``simulations`` from it."""
         if state.is_terminal():
             return float(state.returns()[player])
         if state.is_chance_node():
@@ -497,12 +553,12 @@ class OpenSpielAdapter:
                                                          expand_chance=False)
             return total
         root = self._mcts_bot(game, seed, simulations).mcts_search(state.clone())
-        proven = root.outcome if root.outcome is not None else root.best_child().outcome
-        if proven is not None:
-            return float(proven[player])
-        best = root.best_child()
-        mean = best.total_reward / best.explore_count  # the return of ``best.player``, who chose the move
-        if best.player == player:
+        if root.outcome is not None:
+            return float(root.outcome[player])
+        # the mean over the whole search, as a move's value in the position's own search is the mean over its
+        # subtree (the most visited reply's mean would be biased up: it is the reply that looked best)
+        mean = root.total_reward / root.explore_count  # the return of ``root.player``, the player to move here
+        if root.player == player:
             return mean
         if game.num_players() == 2 and game.get_type().utility == pyspiel.GameType.Utility.ZERO_SUM:
             return -mean
