@@ -131,6 +131,14 @@ stage_eval() {
     --models blank="$BLANK" sft="$SFT_HF" grpo="$GRPO_HF" random=scripted:random \
     --games-per-case "$EVAL_GAMES" --opponents "$EVAL_OPPONENTS" --max-new-tokens "$EVAL_GENERATION_LENGTH" \
     --backend "$EVAL_BACKEND" --seed "$RECIPE_SEED" --no-progress --out "$RUN_DIR/eval"
+  if [[ "$SFT_GAME_SHARE" != "0" ]]; then
+    # the models were taught whole games too: their play with the whole game conversation each turn (as
+    # TASK_MODE=game training shows it), one retry after an illegal reply
+    run "$PYTHON" -m verl_ext.cli eval "${ENV_SETS[@]}" --models sft="$SFT_HF" grpo="$GRPO_HF" --suites arena \
+      --game-context game --illegal-retries 1 --games-per-case "$EVAL_GAMES" --opponents random \
+      --max-new-tokens "$EVAL_GENERATION_LENGTH" --backend "$EVAL_BACKEND" --seed "$RECIPE_SEED" --no-progress \
+      --out "$RUN_DIR/eval_game"
+  fi
 }
 
 stage_plot() {
