@@ -65,6 +65,12 @@ def test_dry_run_lists_every_stage_and_the_verl_commands_compose(tmp_path):
     assert grpo.actor_rollout_ref.model.lora_rank == 0 and grpo.trainer.resume_mode == "auto"
     assert grpo.trainer.test_freq == 10 and grpo.trainer.val_before_train is True
 
+    tuned = stage_commands(recipe("--dry-run", "grpo", "actor_rollout_ref.actor.entropy_coeff=0.01",
+                                  RUN_DIR=str(tmp_path)).stdout)
+    assert list(tuned) == ["grpo"]  # an override is not a stage
+    assert compose("ppo_trainer", after_module(tuned["grpo"][0], "verl.trainer.main_ppo")
+                   ).actor_rollout_ref.actor.entropy_coeff == pytest.approx(0.01)
+
     lora = stage_commands(recipe("--dry-run", "grpo", "merge", RUN_DIR=str(tmp_path), GRPO_LORA="1").stdout)
     lora_cfg = compose("ppo_trainer", after_module(lora["grpo"][0], "verl.trainer.main_ppo"))
     assert lora_cfg.actor_rollout_ref.model.lora_rank == 32
@@ -74,7 +80,7 @@ def test_dry_run_lists_every_stage_and_the_verl_commands_compose(tmp_path):
     assert "openspiel.task_mode=mixed" in export and "openspiel.game_share=0.1" in export  # whole games too
     single = stage_commands(recipe("--dry-run", "export", "eval", RUN_DIR=str(tmp_path), SFT_GAME_SHARE="0").stdout)
     assert not any("task_mode" in arg for arg in single["export"][0]) and len(single["eval"]) == 1
-    assert sft.data.max_length == 4096 and grpo.actor_rollout_ref.actor.optim.lr == pytest.approx(3e-4)
+    assert sft.data.max_length == 4096 and grpo.actor_rollout_ref.actor.optim.lr == pytest.approx(1e-4)
 
     evaluation, in_game = stages["eval"]
     assert in_game[in_game.index("--game-context") + 1] == "game" and in_game[-1].endswith("eval_game")

@@ -2,8 +2,9 @@
 # From a blank model to one that plays, on one GPU, stage by stage:
 #   blank model -> export -> SFT -> HF model -> GRPO -> merge -> eval -> plots
 #
-#   bash train/recipes/from-scratch.sh [--dry-run] [STAGE ...]       # default: all
+#   bash train/recipes/from-scratch.sh [--dry-run] [STAGE ...] [KEY=VALUE ...]       # default: all
 #   stages: model export sft hf grpo merge eval plot  (all = in this order), status
+#   KEY=VALUE: Hydra overrides for the grpo stage, e.g. actor_rollout_ref.actor.entropy_coeff=0.01
 #
 # Every stage reads what the previous ones wrote under $RUN_DIR, records its wall time in timings.jsonl and a
 # <stage>.done marker when it finishes; a done stage is skipped (FORCE=1 redoes it). A stage cut off mid-way
@@ -35,10 +36,9 @@ SCRIPTS="$REPO_ROOT/train/scripts"
 # are legal; full fine-tune by default (GRPO_LORA=1: LoRA rank LORA_RANK)
 # checkpoints every 5 steps: a call's time limit cuts a run anywhere (resume loses at most 4 steps)
 : "${GRPO_STEPS:=80}" "${GRPO_LORA:=0}" "${GRPO_REWARD_MODE:=engine}" "${GRPO_SAVE_FREQ:=5}" "${GRPO_TEST_FREQ:=10}"
-# full fine-tune lr: 5e-5 (H100 run) and 1e-4 (H200 run) moved the policy little (|ppo_kl| <= 0.0013 and <= 0.0062)
-# and 25 steps at 1e-4 left the greedy moves as they were; 3e-4 is chosen to move it ~10x more per step (KL grows
-# about with lr squared), not yet measured
-if [[ "$GRPO_LORA" == "1" ]]; then : "${GRPO_LR:=2e-4}"; else : "${GRPO_LR:=3e-4}"; fi
+# full fine-tune lr 1e-4, as measured in the H200 run: 25 steps made the policy nearly deterministic (zero-variance
+# groups 34 -> 105 of 128) without better moves, so a larger lr is not the fix (docs/learning.md)
+if [[ "$GRPO_LORA" == "1" ]]; then : "${GRPO_LR:=2e-4}"; else : "${GRPO_LR:=1e-4}"; fi
 # eval: blank vs SFT vs SFT+GRPO vs a random legal mover, held-out positions and full games
 : "${EVAL_GAMES:=200}" "${EVAL_OPPONENTS:=random,mcts:50}" "${EVAL_BACKEND:=auto}" "${EVAL_GENERATION_LENGTH:=32}"
 
@@ -114,7 +114,8 @@ stage_grpo() {
     MAX_RESPONSE_LENGTH="${MAX_RESPONSE_LENGTH:-32}" GPU_MEMORY_UTILIZATION="${GPU_MEMORY_UTILIZATION:-0.3}" \
     NUM_TASKS_PER_CASE="${NUM_TASKS_PER_CASE:-$SFT_TASKS_PER_CASE}" EXPERIMENT_NAME=grpo CHECKPOINT_DIR="$GRPO_DIR" \
     LOG_DIR="$LOGS" LOGGERS="${LOGGERS:-[console,file]}" \
-    bash "$SCRIPTS/openspiel-ppo.sh" ${flag[@]+"${flag[@]}"} "+data.env.openspiel.seed=$RECIPE_SEED"
+    bash "$SCRIPTS/openspiel-ppo.sh" ${flag[@]+"${flag[@]}"} "+data.env.openspiel.seed=$RECIPE_SEED" \
+    ${GRPO_OVERRIDES[@]+"${GRPO_OVERRIDES[@]}"}
 }
 
 stage_merge() {
@@ -205,7 +206,12 @@ do_stage() {
   echo "from-scratch: stage $stage done in ${seconds} s"
 }
 
-requested=(${OVERRIDES[@]+"${OVERRIDES[@]}"})
+# KEY=VALUE arguments are Hydra overrides for the grpo stage's main_ppo; the others name stages
+requested=()
+GRPO_OVERRIDES=()
+for arg in ${OVERRIDES[@]+"${OVERRIDES[@]}"}; do
+  if [[ "$arg" == *=* ]]; then GRPO_OVERRIDES+=("$arg"); else requested+=("$arg"); fi
+done
 if (( ${#requested[@]} == 0 )) || [[ "${requested[*]}" == "all" ]]; then requested=("${STAGES[@]}"); fi
 for stage in "${requested[@]}"; do
   case "$stage" in
