@@ -51,17 +51,18 @@ class OnceLRU(Generic[V]):
                 raise
             with self._lock:
                 self.misses += 1
-                self._data[key] = value
-                self._data.move_to_end(key)
-                while len(self._data) > self.maxsize:
-                    self._data.popitem(last=False)
+                self._store(key, value)
                 self._inflight.pop(key, None)
             return value
 
     def put(self, key: Hashable, value: V) -> None:
         """Store ``value`` for ``key`` (computed elsewhere, e.g. by the dataset ahead of the reward)."""
         with self._lock:
-            self._data[key] = value
-            self._data.move_to_end(key)
-            while len(self._data) > self.maxsize:
-                self._data.popitem(last=False)
+            self._store(key, value)
+
+    def _store(self, key: Hashable, value: V) -> None:
+        """Insert as most recent and evict the least recent beyond ``maxsize`` (the caller holds the lock)."""
+        self._data[key] = value
+        self._data.move_to_end(key)
+        while len(self._data) > self.maxsize:
+            self._data.popitem(last=False)
