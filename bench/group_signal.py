@@ -17,8 +17,44 @@ import argparse
 import json
 import statistics
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+
+def add_env_arguments(parser: argparse.ArgumentParser, prompts: int) -> None:
+    """``--config``/``--set`` (the env section, as for ``verl-ext export``), ``--prompts`` and ``--out``."""
+    parser.add_argument("--config", help="YAML with the env section (as for verl-ext export)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--prompts", type=int, default=prompts)
+    parser.add_argument("--out", type=Path, help="write the result as JSON here too")
+
+
+def training_refs(mixture: Any, prompts: int) -> list[Any]:
+    """``prompts`` training tasks spread evenly over the mixture's plan."""
+    plan = mixture.plan("train")
+    return plan[:: max(1, len(plan) // prompts)][:prompts]
+
+
+def run_cli(args: argparse.Namespace, compute: Callable[[dict[str, Any]], dict[str, Any]]) -> int:
+    """Load the env section of ``args`` (exit 2 naming a bad ``--config``/``--set``), run ``compute`` on it,
+    print the result as JSON and write it to ``--out``."""
+    from verl_ext.envs.config import ConfigError
+    from verl_ext.export import load_env_section
+
+    if args.prompts <= 0:
+        print("--prompts must be > 0", file=sys.stderr)
+        return 2
+    try:
+        section = load_env_section(args.config, args.overrides)
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    text = json.dumps(compute(section), indent=1)
+    print(text)
+    if args.out:
+        args.out.write_text(text + "\n")
+    return 0
 
 
 def group_signal(model_path: str, env_section: dict[str, Any], prompts: int, n: int, temperature: float,
@@ -35,8 +71,7 @@ def group_signal(model_path: str, env_section: dict[str, Any], prompts: int, n: 
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).eval()
     mixture = EnvMixture(env_section)
-    plan = mixture.plan("train")
-    refs = plan[:: max(1, len(plan) // prompts)][:prompts]
+    refs = training_refs(mixture, prompts)
     stds, means, bests, zero_variance, identical = [], [], [], 0, 0
     for index, ref in enumerate(refs):
         row = mixture.row(ref, "train", index)
@@ -62,33 +97,17 @@ def group_signal(model_path: str, env_section: dict[str, Any], prompts: int, n: 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", required=True, help="Hugging Face model folder")
-    parser.add_argument("--config", help="YAML with the env section (as for verl-ext export)")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
-    parser.add_argument("--prompts", type=int, default=128)
+    add_env_arguments(parser, prompts=128)
     parser.add_argument("--n", type=int, default=8, help="samples per prompt (ROLLOUT_N)")
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--max-new-tokens", type=int, default=32)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=Path, help="write the summary as JSON here too")
     args = parser.parse_args(argv)
-    from verl_ext.envs.config import ConfigError
-    from verl_ext.export import load_env_section
-
     if args.prompts <= 0 or args.n < 2:
         print("--prompts must be > 0 and --n >= 2 (a group needs two samples)", file=sys.stderr)
         return 2
-    try:
-        section = load_env_section(args.config, args.overrides)
-    except ConfigError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    result = group_signal(args.model, section, args.prompts, args.n, args.temperature, args.max_new_tokens,
-                          args.seed)
-    text = json.dumps(result, indent=1)
-    print(text)
-    if args.out:
-        args.out.write_text(text + "\n")
-    return 0
+    return run_cli(args, lambda section: group_signal(args.model, section, args.prompts, args.n, args.temperature,
+                                                      args.max_new_tokens, args.seed))
 
 
 if __name__ == "__main__":

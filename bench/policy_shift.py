@@ -14,11 +14,13 @@ or drifts (correlation near 0) shows here within minutes on a CPU, without a GPU
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from group_signal import add_env_arguments, run_cli, training_refs  # noqa: E402  (bench/ is not a package)
 
 
 def reply_logprobs(model: Any, tokenizer: Any, prompt: list[int], replies: list[str]) -> list[float]:
@@ -65,9 +67,8 @@ def policy_shift(before: str, after: str, env_section: dict[str, Any], prompts: 
     tokenizer = AutoTokenizer.from_pretrained(before)
     models = [AutoModelForCausalLM.from_pretrained(p, dtype=torch.float32).eval() for p in (before, after)]
     mixture = EnvMixture(env_section)
-    plan = mixture.plan("train")
     per_case: dict[str, dict[str, list[float]]] = {}
-    for ref in plan[:: max(1, len(plan) // prompts)][:prompts]:
+    for ref in training_refs(mixture, prompts):
         task = mixture.build(ref)
         if not task.legal_moves:
             continue
@@ -98,28 +99,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--before", required=True, help="Hugging Face model folder (e.g. the SFT model)")
     parser.add_argument("--after", required=True, help="Hugging Face model folder (e.g. the merged GRPO checkpoint)")
-    parser.add_argument("--config", help="YAML with the env section (as for verl-ext export)")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
-    parser.add_argument("--prompts", type=int, default=64)
-    parser.add_argument("--out", type=Path, help="write the result as JSON here too")
+    add_env_arguments(parser, prompts=64)
     args = parser.parse_args(argv)
-    from verl_ext.envs.config import ConfigError
-    from verl_ext.export import load_env_section
-
-    if args.prompts <= 0:
-        print("--prompts must be > 0", file=sys.stderr)
-        return 2
-    try:
-        section = load_env_section(args.config, args.overrides)
-    except ConfigError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    result = policy_shift(args.before, args.after, section, args.prompts)
-    text = json.dumps(result, indent=1)
-    print(text)
-    if args.out:
-        args.out.write_text(text + "\n")
-    return 0
+    return run_cli(args, lambda section: policy_shift(args.before, args.after, section, args.prompts))
 
 
 if __name__ == "__main__":
