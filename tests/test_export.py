@@ -80,3 +80,37 @@ def test_parallel_export_writes_the_same_rows(tmp_path):
 def test_jobs_must_be_positive(tmp_path, capsys):
     assert export_main([*ARGS, "--jobs", "0", "--out", str(tmp_path / "x.parquet")]) == 2
     assert "--jobs must be >= 1, got 0" in capsys.readouterr().err
+
+
+def test_random_answers_are_legal_spread_and_reproducible(tmp_path):
+    """--answers random: every answer a legal move (valid, scores >= the format share), not the engine's move
+    everywhere, spread over the moves, and the same file from serial and parallel export."""
+    from verl_ext.reward import compute_score
+
+    args = ["--set", "openspiel.game_types=[tic_tac_toe,connect_four]", "--set", "openspiel.num_tasks_per_case=80",
+            "--set", "openspiel.reward_mode=engine", "--format", "sft", "--answers", "random", "--no-progress"]
+    serial, parallel = tmp_path / "serial.parquet", tmp_path / "parallel.parquet"
+    assert export_main([*args, "--out", str(serial)]) == 0
+    assert export_main([*args, "--jobs", "2", "--out", str(parallel)]) == 0
+    assert serial.read_bytes() == parallel.read_bytes()
+    rows = pq.read_table(serial).to_pylist()
+    assert len(rows) == 160
+    scores = [compute_score(r["data_source"], r["response"], "", r["extra_info"]) for r in rows]
+    assert all(s["valid"] == 1.0 for s in scores)
+    assert sum(s["score"] == 1.0 for s in scores) < 0.9 * len(rows)  # engine answers would all score 1
+    connect_four = [r["response"] for r in rows if r["extra_info"]["case"] == "connect_four"]
+    assert len(set(connect_four)) >= 5  # of 7 columns
+
+
+def test_random_answers_refuse_what_has_no_legal_moves(tmp_path, capsys):
+    out = tmp_path / "x.parquet"
+    assert export_main([*ARGS, "--format", "sft", "--answers", "random", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "--answers random" in err and "mini_sudoku" in err
+    assert not out.exists()
+    assert export_main([*ARGS, "--answers", "random", "--out", str(out)]) == 2
+    assert "applies to --format sft only" in capsys.readouterr().err
+    games = ["--set", "openspiel.game_types=[tic_tac_toe]", "--set", "openspiel.task_mode=game", "--no-progress",
+             "--set", "openspiel.num_tasks_per_case=2", "--format", "sft", "--answers", "random"]
+    assert export_main([*games, "--out", str(out)]) == 2
+    assert "full-game rows" in capsys.readouterr().err

@@ -5,8 +5,10 @@ from __future__ import annotations
 import argparse
 import multiprocessing
 import os
+import random
 import sys
 import tempfile
+import zlib
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -15,11 +17,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from tqdm import tqdm
 
+from .envs.base import Task
 from .envs.config import ConfigError
 from .games.demonstration import demonstration_messages
 from .mixture import SPLITS, EnvMixture, TaskRef, is_game, subsample
 
 FORMATS = ("rl", "sft")
+# where SFT answers come from: the adapter's reference (engine move, puzzle solution) or a uniformly random
+# legal move (a warm start that teaches the answer format and the rules but no strategy)
+ANSWER_SOURCES = ("reference", "random")
 # rows per unit of work handed to an export worker process
 _CHUNK_ROWS = 64
 # the mixture of the running export, inherited by forked worker processes (adapters hold unpicklable games)
@@ -44,23 +50,39 @@ def load_env_section(config_path: str | None, overrides: list[str]) -> dict[str,
     return OmegaConf.to_container(section, resolve=True)  # type: ignore[return-value]
 
 
-def _row(mixture: EnvMixture, ref: TaskRef, split: str, fmt: str, index: int) -> dict[str, Any] | None:
+def random_legal_answer(task: Task, split: str, index: int) -> str:
+    """A uniformly random legal move of ``task`` as an answer, the same on every export of this row."""
+    if not task.legal_moves:
+        raise ConfigError(f"--answers random: task {index} of split {split!r} ({task.case!r}) has no legal moves "
+                          "to choose from; random answers are for game positions only")
+    rng = random.Random(zlib.crc32(f"{split}|{index}|{task.case}|{task.seed}".encode()))
+    return f"<answer>{rng.choice(task.legal_moves)}</answer>"
+
+
+def _row(mixture: EnvMixture, ref: TaskRef, split: str, fmt: str, index: int,
+         answers: str = "reference") -> dict[str, Any] | None:
     """One exported row; None when an SFT row has no reference answer.
 
-    SFT rows of single moves are the prompt and the engine's answer; SFT rows of full games are the trained
-    seat's whole game conversation with the engine's move as every reply (``games/demonstration.py``), and
-    their ``prompt`` is that conversation's first message.
+    SFT rows of single moves are the prompt and the engine's answer (``answers="random"``: a random legal
+    move); SFT rows of full games are the trained seat's whole game conversation with the engine's move as
+    every reply (``games/demonstration.py``), and their ``prompt`` is that conversation's first message.
     """
     row = mixture.row(ref, split, index)
     if fmt == "sft":
         task = mixture.build(ref)
         if is_game(task):
+            if answers == "random":
+                raise ConfigError("--answers random: full-game rows (openspiel.task_mode game/mixed) are "
+                                  "demonstrations of the engine's play; export single-move rows only")
             messages = demonstration_messages(mixture.adapters[ref.env], task.case, task.seed, int(task.info["seat"]))
             if messages is None:
                 return None
             row["prompt"] = messages[:1]
         else:
-            answer = mixture.adapters[ref.env].reference_answer(task)
+            if answers == "random":
+                answer: str | None = random_legal_answer(task, split, index)
+            else:
+                answer = mixture.adapters[ref.env].reference_answer(task)
             if answer is None:
                 return None
             messages = row["prompt"] + [{"role": "assistant", "content": answer}]
@@ -69,29 +91,34 @@ def _row(mixture: EnvMixture, ref: TaskRef, split: str, fmt: str, index: int) ->
     return row
 
 
-def _rows_of_chunk(job: tuple[list[tuple[int, TaskRef]], str, str]) -> list[dict[str, Any] | None]:
-    refs, split, fmt = job
+def _rows_of_chunk(job: tuple[list[tuple[int, TaskRef]], str, str, str]) -> list[dict[str, Any] | None]:
+    refs, split, fmt, answers = job
     assert _WORKER_MIXTURE is not None, "export workers are forked from a process that set the mixture"
-    return [_row(_WORKER_MIXTURE, ref, split, fmt, i) for i, ref in refs]
+    return [_row(_WORKER_MIXTURE, ref, split, fmt, i, answers) for i, ref in refs]
 
 
 def build_rows(mixture: EnvMixture, split: str, fmt: str, max_samples: int = -1, seed: int = 0,
-               progress: bool = True, jobs: int = 1) -> tuple[list[dict[str, Any]], int]:
+               progress: bool = True, jobs: int = 1, answers: str = "reference") -> tuple[list[dict[str, Any]], int]:
     """Rows of ``split`` in ``fmt``; returns (rows, tasks skipped for lack of a reference answer).
+
+    ``answers`` (SFT only): ``reference`` (the adapter's engine move or solution) or ``random`` (a random
+    legal move per position, seeded by the row).
 
     ``jobs`` > 1 builds rows in that many forked processes (engine moves for SFT rows are the slow part);
     the rows and their order do not depend on ``jobs``.
     """
     global _WORKER_MIXTURE
+    if answers not in ANSWER_SOURCES:
+        raise ConfigError(f"answers must be one of {ANSWER_SOURCES}, got {answers!r}")
     refs = list(enumerate(subsample(mixture.plan(split), max_samples, seed)))
     built: list[dict[str, Any] | None] = []
     with tqdm(total=len(refs), desc=f"{split}/{fmt}", unit="task", disable=not progress) as bar:
         if jobs <= 1 or len(refs) <= _CHUNK_ROWS:
             for i, ref in refs:
-                built.append(_row(mixture, ref, split, fmt, i))
+                built.append(_row(mixture, ref, split, fmt, i, answers))
                 bar.update(1)
         else:
-            chunks = [(refs[k:k + _CHUNK_ROWS], split, fmt) for k in range(0, len(refs), _CHUNK_ROWS)]
+            chunks = [(refs[k:k + _CHUNK_ROWS], split, fmt, answers) for k in range(0, len(refs), _CHUNK_ROWS)]
             _WORKER_MIXTURE = mixture
             try:
                 with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("fork")) as pool:
@@ -125,6 +152,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="override, e.g. --set openspiel.game_types=[hex] (repeatable)")
     parser.add_argument("--split", choices=SPLITS, default="train")
     parser.add_argument("--format", choices=FORMATS, default="rl", help="rl: verl RL rows; sft: prompt/response")
+    parser.add_argument("--answers", choices=ANSWER_SOURCES, default="reference",
+                        help="SFT answers: the engine's move / puzzle solution, or a random legal move (teaches "
+                             "format and rules, no strategy)")
     parser.add_argument("--max-samples", type=int, default=-1)
     parser.add_argument("--seed", type=int, default=0, help="seed of the --max-samples subset")
     parser.add_argument("--out", required=True, help="output .parquet path")
@@ -135,6 +165,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.jobs < 1:
         print(f"verl-ext export: --jobs must be >= 1, got {args.jobs}", file=sys.stderr)
         return 2
+    if args.answers != "reference" and args.format != "sft":
+        print(f"verl-ext export: --answers {args.answers} applies to --format sft only", file=sys.stderr)
+        return 2
     if args.jobs > 1 and "fork" not in multiprocessing.get_all_start_methods():
         print("verl-ext export: --jobs > 1 needs the 'fork' start method (Linux); exporting in one process",
               file=sys.stderr)
@@ -142,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         mixture = EnvMixture(load_env_section(args.config, args.overrides), where="env")
         rows, skipped = build_rows(mixture, args.split, args.format, args.max_samples, args.seed,
-                                   progress=not args.no_progress, jobs=args.jobs)
+                                   progress=not args.no_progress, jobs=args.jobs, answers=args.answers)
     except ConfigError as err:
         print(f"verl-ext export: {err}", file=sys.stderr)
         return 2

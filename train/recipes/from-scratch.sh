@@ -11,7 +11,7 @@
 # (a time limit, a lost node) is simply run again: SFT and GRPO resume from their last checkpoint.
 # --dry-run prints what each stage would run (the verl commands via the train scripts' own --dry-run).
 # Knobs (environment, defaults below; docs/learning.md): RUN_DIR GAME_TYPES MODEL_SHAPE SFT_TASKS_PER_CASE
-# SFT_GAME_SHARE VAL_TASKS_PER_CASE EXPORT_JOBS SFT_EPOCHS SFT_LR SFT_BATCH_SIZE GRPO_STEPS GRPO_LORA GRPO_LR GRPO_REWARD_MODE
+# SFT_ANSWERS SFT_GAME_SHARE VAL_TASKS_PER_CASE EXPORT_JOBS SFT_EPOCHS SFT_LR SFT_BATCH_SIZE GRPO_STEPS GRPO_LORA GRPO_LR GRPO_REWARD_MODE
 # GRPO_SAVE_FREQ GRPO_TEST_FREQ EVAL_GAMES EVAL_OPPONENTS EVAL_BACKEND EVAL_GENERATION_LENGTH; any train-script knob
 # (TRAIN_BATCH_SIZE, ROLLOUT_N, GPU_MEMORY_UTILIZATION, ...) passes through to the GRPO stage.
 # shellcheck source-path=SCRIPTDIR
@@ -28,7 +28,10 @@ SCRIPTS="$REPO_ROOT/train/scripts"
 # SFT_GAME_SHARE of the SFT rows are whole engine-played games (multi-turn rows: the warm start for
 # TASK_MODE=game training, docs/games.md), 0 for single moves only
 : "${SFT_TASKS_PER_CASE:=10000}" "${VAL_TASKS_PER_CASE:=200}" "${EXPORT_JOBS:=$(nproc 2>/dev/null || echo 1)}"
-: "${SFT_GAME_SHARE:=0.1}"
+: "${SFT_ANSWERS:=reference}"  # reference: the engine's move; random: a random legal move (rules, no strategy)
+require_choice SFT_ANSWERS "$SFT_ANSWERS" reference random
+# whole games are engine demonstrations: none with random answers
+if [[ "$SFT_ANSWERS" == "random" ]]; then : "${SFT_GAME_SHARE:=0}"; else : "${SFT_GAME_SHARE:=0.1}"; fi
 # SFT: full fine-tune of the blank model; fp32 master weights (verl's default), cosine decay after a warm-up.
 # verl's SFT rows are not padded to the max length, so room for whole games costs nothing on single moves.
 : "${SFT_EPOCHS:=5}" "${SFT_LR:=1e-3}" "${SFT_BATCH_SIZE:=128}" "${SFT_WARMUP_RATIO:=0.05}" "${SFT_MAX_LENGTH:=4096}"
@@ -77,7 +80,8 @@ stage_model() {
 
 stage_export() {
   local common=("${ENV_SETS[@]}" --set "openspiel.num_tasks_per_case=$SFT_TASKS_PER_CASE"
-                --set "val_tasks_per_case=$VAL_TASKS_PER_CASE" --format sft --jobs "$EXPORT_JOBS" --no-progress)
+                --set "val_tasks_per_case=$VAL_TASKS_PER_CASE" --format sft --answers "$SFT_ANSWERS"
+                --jobs "$EXPORT_JOBS" --no-progress)
   if [[ "$SFT_GAME_SHARE" != "0" ]]; then
     common+=(--set openspiel.task_mode=mixed --set "openspiel.game_share=$SFT_GAME_SHARE")
   fi
@@ -107,11 +111,14 @@ stage_grpo() {
   need "$SFT_HF/config.json" hf
   local flag=()
   [[ "$DRY_RUN" == "1" ]] && flag=(--dry-run)
+  # single moves: short prompts and replies; whole games (TASK_MODE=game|mixed): the train script's budgets
+  local prompt_len="${MAX_PROMPT_LENGTH:-}" response_len="${MAX_RESPONSE_LENGTH:-}"
+  if [[ "${TASK_MODE:-move}" == "move" ]]; then : "${prompt_len:=256}" "${response_len:=32}"; fi
   MODEL_PATH="$SFT_HF" GAME_TYPES="$GAME_TYPES" REWARD_MODE="$GRPO_REWARD_MODE" ENABLE_LORA="$GRPO_LORA" \
     LR="$GRPO_LR" RUN_PROFILE="${RUN_PROFILE:-full}" TOTAL_TRAINING_STEPS="$GRPO_STEPS" \
     SAVE_FREQ="$GRPO_SAVE_FREQ" TEST_FREQ="$GRPO_TEST_FREQ" VAL_BEFORE_TRAIN="${VAL_BEFORE_TRAIN:-True}" \
-    VAL_TASKS_PER_CASE="$VAL_TASKS_PER_CASE" MAX_PROMPT_LENGTH="${MAX_PROMPT_LENGTH:-256}" \
-    MAX_RESPONSE_LENGTH="${MAX_RESPONSE_LENGTH:-32}" GPU_MEMORY_UTILIZATION="${GPU_MEMORY_UTILIZATION:-0.3}" \
+    VAL_TASKS_PER_CASE="$VAL_TASKS_PER_CASE" MAX_PROMPT_LENGTH="$prompt_len" \
+    MAX_RESPONSE_LENGTH="$response_len" GPU_MEMORY_UTILIZATION="${GPU_MEMORY_UTILIZATION:-0.3}" \
     NUM_TASKS_PER_CASE="${NUM_TASKS_PER_CASE:-$SFT_TASKS_PER_CASE}" EXPERIMENT_NAME=grpo CHECKPOINT_DIR="$GRPO_DIR" \
     LOG_DIR="$LOGS" LOGGERS="${LOGGERS:-[console,file]}" \
     bash "$SCRIPTS/openspiel-ppo.sh" ${flag[@]+"${flag[@]}"} "+data.env.openspiel.seed=$RECIPE_SEED" \
