@@ -89,6 +89,21 @@ def test_dry_run_lists_every_stage_and_the_verl_commands_compose(tmp_path):
     assert [m.split("=")[0] for m in models] == ["blank", "sft", "grpo", "random"]
 
 
+def test_random_answers_and_whole_game_budgets(tmp_path):
+    """SFT_ANSWERS=random exports random legal moves and no engine games; TASK_MODE=game keeps the train script's
+    whole-game budgets instead of the single-move 256 + 32 tokens."""
+    stages = stage_commands(recipe("--dry-run", "export", RUN_DIR=str(tmp_path), SFT_ANSWERS="random").stdout)
+    export = stages["export"][0]
+    assert export[export.index("--answers") + 1] == "random" and not any("task_mode" in a for a in export)
+    bad = recipe("--dry-run", "export", RUN_DIR=str(tmp_path), SFT_ANSWERS="mcts", check=False)
+    assert bad.returncode == 2 and "SFT_ANSWERS must be one of: reference random; got 'mcts'" in bad.stderr
+
+    game = stage_commands(recipe("--dry-run", "grpo", RUN_DIR=str(tmp_path), TASK_MODE="game").stdout)
+    cfg = compose("ppo_trainer", after_module(game["grpo"][0], "verl.trainer.main_ppo"))
+    assert cfg.data.env.openspiel.task_mode == "game"
+    assert cfg.data.max_prompt_length == 512 and cfg.data.max_response_length == 3584
+
+
 def test_unknown_stage_and_missing_input_are_named(tmp_path):
     result = recipe("sftt", RUN_DIR=str(tmp_path), check=False)
     assert result.returncode == 2 and "unknown stage 'sftt'" in result.stderr
