@@ -64,6 +64,7 @@ def test_dry_run_lists_every_stage_and_the_verl_commands_compose(tmp_path):
     assert list(grpo.data.env.openspiel.game_types) == ["tic_tac_toe", "connect_four"]
     assert grpo.actor_rollout_ref.model.lora_rank == 0 and grpo.trainer.resume_mode == "auto"
     assert grpo.trainer.test_freq == 10 and grpo.trainer.val_before_train is True
+    assert grpo.trainer.save_freq == 1 and grpo.trainer.max_actor_ckpt_to_keep == 2  # a cut call loses <= 1 step
 
     tuned = stage_commands(recipe("--dry-run", "grpo", "actor_rollout_ref.actor.entropy_coeff=0.01",
                                   RUN_DIR=str(tmp_path)).stdout)
