@@ -214,3 +214,15 @@ def test_model_loading_errors_are_clear(tiny_model, tmp_path, capsys):
     assert "--device: invalid device 'warp-drive'" in capsys.readouterr().err
     assert eval_main([*argv, "--adapter", str(tmp_path / "missing")]) == 2
     assert "--models m adapter: no such model folder" in capsys.readouterr().err
+
+
+def test_arena_table_shows_the_share_of_rejected_replies():
+    from verl_ext.evaluation.report import markdown
+
+    proportion = {"k": 3, "n": 10, "rate": 0.3, "ci_low": 0.1, "ci_high": 0.6}
+    match = {"case": "tic_tac_toe", "opponent": "random", "win": proportion, "draw": {**proportion, "k": 0},
+             "loss": {**proportion, "k": 7}, "forfeit": {**proportion, "k": 6}, "model_moves": 30,
+             "rejected_replies": 10}
+    results = {"settings": {"games_per_case": 10, "seed": 0, "confidence": 0.95},
+               "models": {"sft": {"arena": {"matches": [match], "skipped": []}}}}
+    assert "| tic_tac_toe | random | 3/0/7 | 30.0 [10.0, 60.0] | 6 (25.0 %) |" in markdown(results)

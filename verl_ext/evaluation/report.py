@@ -80,7 +80,8 @@ def markdown(results: dict[str, Any]) -> str:
     if names:
         lines += [f"## {SUITE_TITLES['arena']}", "",
                   f"Seats alternate; {settings['games_per_case']} games per case and opponent. W/D/L = wins/draws/"
-                  "losses, win % with its interval; forfeits (illegal or unparseable moves) count as losses.", ""]
+                  "losses, win % with its interval; forfeits (illegal or unparseable moves) count as losses; in "
+                  "brackets the share of all the model's replies that were rejected (illegal or unparseable).", ""]
         header = ["case", "opponent"] + [f"{m}: {k}" for m in names for k in ("W/D/L", "win %", "forfeits")]
         first = results["models"][names[0]]["arena"]
         rows = []
@@ -88,8 +89,10 @@ def markdown(results: dict[str, Any]) -> str:
             row = [match["case"], match["opponent"]]
             for m in names:
                 r = results["models"][m]["arena"]["matches"][i]
+                replies = r["model_moves"] + r["rejected_replies"]
+                rejected = f" ({_pct(r['rejected_replies'] / replies)} %)" if replies else ""
                 row += [f"{r['win']['k']}/{r['draw']['k']}/{r['loss']['k']}", _rate_ci(r["win"]),
-                        str(r["forfeit"]["k"])]
+                        f"{r['forfeit']['k']}{rejected}"]
             rows.append(row)
         lines += _table(header, rows)
         for skip in first["skipped"]:
