@@ -145,7 +145,7 @@ def rehearse(model_path: str, env_section: dict[str, Any], prompts: int, steps: 
     history = []
     for step in range(1, steps + 1):
         started = time.monotonic()
-        refs = plan[(step - 1) * prompts:step * prompts]
+        refs = [plan[k % len(plan)] for k in range((step - 1) * prompts, step * prompts)]  # epochs wrap around
         model.eval()
         samples = []  # (group, prompt ids, response ids, score)
         for group, ref in enumerate(refs):

@@ -47,3 +47,13 @@ def test_cli_writes_json_and_names_a_bad_override(tmp_path, tokenizer_dir, capsy
     assert rehearsal.main(["--model", str(model), *env, "--override", "actor_rollout_ref.actor.no_such_key=1"]) == 2
     assert "no_such_key" in capsys.readouterr().err
     assert rehearsal.main(["--model", str(model), *env, "--steps", "0"]) == 2
+
+
+def test_steps_wrap_around_a_small_plan(tmp_path, tokenizer_dir):
+    """More prompts than training tasks: the plan is reused (epochs), a step never runs short."""
+    model = build_qwen2(tmp_path / "m", "tiny", tokenizer_dir, seed=0, dtype="float32")
+    section = {"openspiel": {**SECTION["openspiel"], "num_tasks_per_case": 1}}
+    result = rehearsal.rehearse(str(model), section, prompts=3, steps=2, n=2, overrides=[f"{LR}=0.0"],
+                                eval_prompts=1, eval_every=2, max_new_tokens=4, micro_batch=4, seed=0,
+                                log=lambda line: None)
+    assert [s["groups"] for s in result["steps"]] == [3, 3]
