@@ -81,7 +81,7 @@ def test_dry_run_lists_every_stage_and_the_verl_commands_compose(tmp_path):
     assert "openspiel.task_mode=mixed" in export and "openspiel.game_share=0.1" in export  # whole games too
     single = stage_commands(recipe("--dry-run", "export", "eval", RUN_DIR=str(tmp_path), SFT_GAME_SHARE="0").stdout)
     assert not any("task_mode" in arg for arg in single["export"][0]) and len(single["eval"]) == 1
-    assert sft.data.max_length == 4096 and grpo.actor_rollout_ref.actor.optim.lr == pytest.approx(1e-4)
+    assert sft.data.max_length == 4096 and grpo.actor_rollout_ref.actor.optim.lr == pytest.approx(3e-5)
 
     evaluation, in_game = stages["eval"]
     assert in_game[in_game.index("--game-context") + 1] == "game" and in_game[-1].endswith("eval_game")
