@@ -42,8 +42,9 @@ if [[ "$SFT_ANSWERS" == "random" ]]; then : "${SFT_GAME_SHARE:=0}"; else : "${SF
 : "${GRPO_STEPS:=80}" "${GRPO_LORA:=0}" "${GRPO_REWARD_MODE:=engine}" "${GRPO_SAVE_FREQ:=1}" "${GRPO_TEST_FREQ:=10}"
 : "${GRPO_KEEP_CHECKPOINTS:=2}"
 # full fine-tune lr 3e-5: at 1e-4 both GPU runs and the CPU rehearsal with verl's own loss collapsed to a nearly
-# deterministic policy within 10-20 steps; at 3e-5 and 1e-5 the rehearsal kept exploring and still improved
-# (docs/runs/2026-11-23-cpu-grpo-rehearsal/; not yet run at 3e-5 on a GPU). LoRA's 2e-4 is not measured.
+# deterministic policy within 10-20 steps; at 3e-5 the rehearsal kept exploring for 20 steps (collapsing by 40)
+# and learned more on the way (docs/runs/2026-11-23-cpu-grpo-rehearsal/; not yet run at 3e-5 on a GPU).
+# LoRA's 2e-4 is not measured.
 if [[ "$GRPO_LORA" == "1" ]]; then : "${GRPO_LR:=2e-4}"; else : "${GRPO_LR:=3e-5}"; fi
 # eval: blank vs SFT vs SFT+GRPO vs a random legal mover, held-out positions and full games
 : "${EVAL_GAMES:=200}" "${EVAL_OPPONENTS:=random,mcts:50}" "${EVAL_BACKEND:=auto}" "${EVAL_GENERATION_LENGTH:=32}"
