@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import math
 import random
 import statistics
 import sys
@@ -35,8 +34,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from group_signal import add_env_arguments, run_cli, training_refs  # noqa: E402  (bench/ is not a package)
-from policy_shift import _normalised, reply_logprobs  # noqa: E402
+from group_signal import add_env_arguments, run_cli  # noqa: E402  (bench/ is not a package)
+from policy_shift import _normalised, entropy, expected_value, move_positions, reply_logprobs  # noqa: E402
 
 
 def actor_config(overrides: list[str], prompts: int, micro_batch: int) -> Any:
@@ -85,27 +84,17 @@ class MoveProbe:
     """Expected move value, greedy move value and move entropy per game on fixed training positions."""
 
     def __init__(self, mixture: Any, tokenizer: Any, prompts: int) -> None:
-        from verl_ext.evaluation.backends import prompt_ids
-
         self.tokenizer = tokenizer
-        self.items = []
-        for ref in training_refs(mixture, prompts):
-            task = mixture.build(ref)
-            if not task.legal_moves:
-                continue
-            replies = [f"<answer>{move}</answer>" for move in task.legal_moves]
-            adapter = mixture.adapters[ref.env]
-            values = [adapter.score(task.case, task.state, r).task_score for r in replies]
-            self.items.append((task.case, prompt_ids(tokenizer, list(task.messages)), replies, values))
+        self.items = move_positions(mixture, tokenizer, prompts)
 
     def measure(self, model: Any) -> dict[str, dict[str, float]]:
         per_case: dict[str, dict[str, list[float]]] = {}
         for case, prompt, replies, values in self.items:
             probs = _normalised(reply_logprobs(model, self.tokenizer, prompt, replies))
             stats = per_case.setdefault(case, {"value": [], "greedy_value": [], "entropy": []})
-            stats["value"].append(sum(p * v for p, v in zip(probs, values)))
+            stats["value"].append(expected_value(probs, values))
             stats["greedy_value"].append(values[max(range(len(probs)), key=probs.__getitem__)])
-            stats["entropy"].append(-sum(p * math.log(p) for p in probs if p > 0))
+            stats["entropy"].append(entropy(probs))
         return {case: {k: round(statistics.mean(v), 4) for k, v in s.items()} for case, s in per_case.items()}
 
 
@@ -180,13 +169,13 @@ def rehearse(model_path: str, env_section: dict[str, Any], prompts: int, steps: 
                                      pad_id, grad)
             return token_logprobs(logits, responses[rows]), logits
 
-        with torch.no_grad():
-            old = torch.cat([logprobs_of(model, list(range(k, min(k + micro_batch, len(samples)))), False)[0]
-                             for k in range(0, len(samples), micro_batch)])
-            ref_lp = None
-            if reference is not None:
-                ref_lp = torch.cat([logprobs_of(reference, list(range(k, min(k + micro_batch, len(samples)))),
-                                                False)[0] for k in range(0, len(samples), micro_batch)])
+        def all_logprobs(net: Any) -> Any:
+            with torch.no_grad():
+                return torch.cat([logprobs_of(net, list(range(k, min(k + micro_batch, len(samples)))), False)[0]
+                                  for k in range(0, len(samples), micro_batch)])
+
+        old = all_logprobs(model)
+        ref_lp = all_logprobs(reference) if reference is not None else None
         model.train()
         order = list(range(len(samples)))
         random.Random(seed * 1000 + step).shuffle(order)
@@ -257,15 +246,14 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     from verl_ext.launch.preflight import PreflightError
 
-    try:
-        actor_config(args.actor_overrides, args.prompts, args.micro_batch)
+    try:  # rehearse() composes the actor config before it loads the model
+        return run_cli(args, lambda section: rehearse(
+            args.model, section, args.prompts, args.steps, args.n, args.actor_overrides, args.eval_prompts,
+            args.eval_every, args.max_new_tokens, args.micro_batch, args.seed,
+            log=lambda line: print(line, file=sys.stderr, flush=True)))
     except PreflightError as err:
         print(f"error: --override: {err}", file=sys.stderr)
         return 2
-    return run_cli(args, lambda section: rehearse(
-        args.model, section, args.prompts, args.steps, args.n, args.actor_overrides, args.eval_prompts,
-        args.eval_every, args.max_new_tokens, args.micro_batch, args.seed,
-        log=lambda line: print(line, file=sys.stderr, flush=True)))
 
 
 if __name__ == "__main__":

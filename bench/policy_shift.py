@@ -47,6 +47,31 @@ def _normalised(logps: list[float]) -> list[float]:
     return [w / total for w in weights]
 
 
+def move_positions(mixture: Any, tokenizer: Any, prompts: int) -> list[tuple[str, list[int], list[str], list[float]]]:
+    """Training positions with legal moves, spread over the plan: (game, prompt ids, every legal move as a reply,
+    each reply's task score under the env's reward mode)."""
+    from verl_ext.evaluation.backends import prompt_ids
+
+    positions = []
+    for ref in training_refs(mixture, prompts):
+        task = mixture.build(ref)
+        if not task.legal_moves:
+            continue
+        adapter = mixture.adapters[ref.env]
+        replies = [f"<answer>{move}</answer>" for move in task.legal_moves]
+        values = [adapter.score(task.case, task.state, r).task_score for r in replies]
+        positions.append((task.case, prompt_ids(tokenizer, list(task.messages)), replies, values))
+    return positions
+
+
+def expected_value(probs: list[float], values: list[float]) -> float:
+    return sum(p * v for p, v in zip(probs, values))
+
+
+def entropy(probs: list[float]) -> float:
+    return -sum(p * math.log(p) for p in probs if p > 0)
+
+
 def _corr(xs: list[float], ys: list[float]) -> float | None:
     mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
     sx = math.sqrt(sum((x - mx) ** 2 for x in xs))
@@ -61,31 +86,22 @@ def policy_shift(before: str, after: str, env_section: dict[str, Any], prompts: 
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from verl_ext.evaluation.backends import prompt_ids
     from verl_ext.mixture import EnvMixture
 
     tokenizer = AutoTokenizer.from_pretrained(before)
     models = [AutoModelForCausalLM.from_pretrained(p, dtype=torch.float32).eval() for p in (before, after)]
-    mixture = EnvMixture(env_section)
     per_case: dict[str, dict[str, list[float]]] = {}
-    for ref in training_refs(mixture, prompts):
-        task = mixture.build(ref)
-        if not task.legal_moves:
-            continue
-        adapter = mixture.adapters[ref.env]
-        replies = [f"<answer>{move}</answer>" for move in task.legal_moves]
-        values = [adapter.score(task.case, task.state, r).task_score for r in replies]
-        prompt = prompt_ids(tokenizer, list(task.messages))
+    for case, prompt, replies, values in move_positions(EnvMixture(env_section), tokenizer, prompts):
         (lp0, lp1) = (reply_logprobs(m, tokenizer, prompt, replies) for m in models)
         p0, p1 = _normalised(lp0), _normalised(lp1)
-        baseline = sum(p * v for p, v in zip(p0, values))
-        stats = per_case.setdefault(task.case, {k: [] for k in ("value_before", "value_after", "best", "entropy_before",
-                                                                  "entropy_after", "corr")})
+        baseline = expected_value(p0, values)
+        stats = per_case.setdefault(case, {k: [] for k in ("value_before", "value_after", "best", "entropy_before",
+                                                             "entropy_after", "corr")})
         stats["value_before"].append(baseline)
-        stats["value_after"].append(sum(p * v for p, v in zip(p1, values)))
+        stats["value_after"].append(expected_value(p1, values))
         stats["best"].append(max(values))
-        stats["entropy_before"].append(-sum(p * math.log(p) for p in p0 if p > 0))
-        stats["entropy_after"].append(-sum(p * math.log(p) for p in p1 if p > 0))
+        stats["entropy_before"].append(entropy(p0))
+        stats["entropy_after"].append(entropy(p1))
         corr = _corr([b - a for a, b in zip(lp0, lp1)], [v - baseline for v in values])
         if corr is not None:
             stats["corr"].append(corr)
