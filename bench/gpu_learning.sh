@@ -3,8 +3,14 @@
 # train/recipes/from-scratch.sh in RUN_DIR; pack logs, metrics, eval results and plots into one archive under
 # $OUT, and merged models in parts small enough for the harness to return (to start later runs from them).
 #   bash bench/gpu_learning.sh install | pack | model-out [MODEL_DIR_NAME ...] | model-in DIR | <recipe stages...>
+#   bash bench/gpu_learning.sh detach <recipe stages...> | wait-detached SECONDS | stop
 # model-in unpacks model parts carried from an earlier run (DIR/NAME.tar.part*) into RUN_DIR, so a session can
 # start at `grpo` from a carried SFT model: `bash bench/gpu_learning.sh model-in outputs/carry && ... model grpo`.
+# detach starts the stages in their own process session, which the lent machine keeps running after the call
+# returns (until it is given back): one GRPO run spans several calls with one start-up, and two runs with their
+# own RUN_DIR can share the GPU. wait-detached SECONDS waits for it (or SECONDS) and prints the last step's
+# metrics; stop ends it. The job runs from a copy of the checkout in $RUN_DIR/code, which later calls that
+# refresh the working tree cannot change under it.
 # shellcheck source-path=SCRIPTDIR
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -19,7 +25,7 @@ step_pack() {
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$RUN_DIR/gpu.txt" 2>&1 || true
   find "$RUN_DIR" -maxdepth 3 -printf "%P %s\n" | sort > "$RUN_DIR/files.txt"
   tar czf "$OUT/learning.tgz" -C "$RUN_DIR" --exclude='*.safetensors' --exclude='*.pt' --exclude='*.parquet' \
-    --exclude='model' --exclude='sft' --exclude='grpo' --exclude='sft_hf' --exclude='grpo_hf' .
+    --exclude='model' --exclude='code' --exclude='sft' --exclude='grpo' --exclude='sft_hf' --exclude='grpo_hf' .
   ls -la "$OUT/learning.tgz"
 }
 
@@ -46,12 +52,65 @@ step_model_in() {
   if (( ! found )); then echo "model-in: no *.tar.partaa in '$dir'" >&2; exit 2; fi
 }
 
+# Start `gpu_learning.sh ARGS` from a copy of the checkout in a new process session; log: $RUN_DIR/detached.log.
+step_detach() {
+  (( $# )) || { echo "usage: bench/gpu_learning.sh detach <recipe stages...>" >&2; exit 2; }
+  if detached_running; then
+    echo "detach: a job is already running in $RUN_DIR (pid $(cat "$RUN_DIR/detached.pid")); stop it first" >&2
+    exit 2
+  fi
+  local code="$RUN_DIR/code"
+  mkdir -p "$RUN_DIR"
+  rm -rf "$code" && mkdir -p "$code"
+  tar cf - --exclude=./.whl --exclude=./outputs --exclude=./.venv --exclude=./.git . | tar xf - -C "$code"
+  setsid bash "$code/bench/gpu_learning.sh" "$@" > "$RUN_DIR/detached.log" 2>&1 < /dev/null &
+  echo $! > "$RUN_DIR/detached.pid"
+  echo "detach: '$*' running as pid $! (process group), log $RUN_DIR/detached.log"
+}
+
+detached_running() {
+  [[ -f "$RUN_DIR/detached.pid" ]] && kill -0 "$(cat "$RUN_DIR/detached.pid")" 2>/dev/null
+}
+
+# Wait until the detached job ends or SECONDS pass; then its state, the log's end and the last GRPO step.
+step_wait_detached() {
+  local seconds="${1:?usage: bench/gpu_learning.sh wait-detached SECONDS}" waited=0
+  [[ -f "$RUN_DIR/detached.pid" ]] || { echo "wait-detached: nothing was detached in $RUN_DIR" >&2; exit 2; }
+  while detached_running && (( waited < seconds )); do sleep 5; waited=$((waited + 5)); done
+  if detached_running; then echo "wait-detached: still running after ${waited} s"; else echo "wait-detached: ended"; fi
+  tail -n "${TAIL_LINES:-15}" "$RUN_DIR/detached.log"
+  python3 - "$RUN_DIR"/logs/grpo-*.metrics.jsonl <<'PY' || true
+import json, sys
+rows = [json.loads(line) for path in sys.argv[1:] for line in open(path) if line.strip()]
+train = [r for r in rows if "critic/score/mean" in r.get("data", {})]
+if train:
+    last = train[-1]["data"]
+    print(f"last GRPO step {train[-1]['step']} of this run's log: reward {last['critic/score/mean']:.3f}, "
+          f"step {last.get('timing_s/step', 0):.1f} s")
+PY
+}
+
+# End the detached job's whole process group (the recipe, verl's driver and what they started).
+step_stop() {
+  if ! detached_running; then echo "stop: no detached job running in $RUN_DIR"; return 0; fi
+  local pid
+  pid="$(cat "$RUN_DIR/detached.pid")"
+  kill -TERM -- "-$pid" 2>/dev/null || true
+  sleep 5
+  kill -KILL -- "-$pid" 2>/dev/null || true
+  echo "stop: ended process group $pid"
+}
+
 case "${1:-}" in
   install) install_wheels ;;
   pack) step_pack ;;
   model-out) shift; step_model_out "$@" ;;
   model-in) shift; step_model_in "$@" ;;
-  "") echo "usage: bench/gpu_learning.sh install | pack | model-out [NAME ...] | model-in DIR | <recipe stages>" >&2
+  detach) shift; step_detach "$@" ;;
+  wait-detached) shift; step_wait_detached "$@" ;;
+  stop) step_stop ;;
+  "") echo "usage: bench/gpu_learning.sh install | pack | model-out [NAME ...] | model-in DIR | <recipe stages>" \
+          "| detach <recipe stages> | wait-detached SECONDS | stop" >&2
       exit 2 ;;
   *) bash train/recipes/from-scratch.sh "$@" ;;
 esac

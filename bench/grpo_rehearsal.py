@@ -8,7 +8,9 @@ the model in PPO mini-batches with verl's policy loss (``get_policy_loss_fn``), 
 (``agg_loss``, ``kl_penalty``), using the clip ratios, loss aggregation, grad clip and AdamW settings of verl's
 own composed actor config, so ``--override`` takes the same Hydra keys as the train scripts
 (``actor_rollout_ref.actor.optim.lr=2e-5``, ``...actor.entropy_coeff=0.01``, ``...actor.kl_loss_coef=0.05`` with
-``...actor.use_kl_loss=True``, ``...actor.clip_ratio_high=0.28``, ``...actor.ppo_mini_batch_size=4``).
+``...actor.use_kl_loss=True``, ``...actor.clip_ratio_high=0.28``, ``...actor.ppo_mini_batch_size=4``);
+``actor_rollout_ref.model.lora_rank=32`` (with ``lora_alpha``, ``target_modules``) trains a PEFT LoRA adapter
+built as verl's FSDP engine builds it instead of the whole model.
 Before the first step and every ``--eval-every`` steps it measures, on fixed training positions, each game's
 expected move value, greedy move value and move entropy from the teacher-forced move distribution
 (``bench/policy_shift.py``), which is free of sampling noise.
@@ -38,9 +40,10 @@ from group_signal import add_env_arguments, run_cli  # noqa: E402  (bench/ is no
 from policy_shift import _normalised, entropy, expected_value, move_positions, reply_logprobs  # noqa: E402
 
 
-def actor_config(overrides: list[str], prompts: int, micro_batch: int) -> Any:
+def actor_config(overrides: list[str], prompts: int, micro_batch: int) -> tuple[Any, bool, dict[str, Any] | None]:
     """verl's actor config (a dataclass) composed from its own YAML with the train scripts' mini-batch default
-    (a quarter of the step's prompts) and ``overrides``."""
+    (a quarter of the step's prompts) and ``overrides``; whether GRPO divides advantages by the group's std;
+    the LoRA settings of ``actor_rollout_ref.model`` (None when ``lora_rank`` is 0: full fine-tune)."""
     from verl.utils.config import omega_conf_to_dataclass
 
     from verl_ext.launch.preflight import compose
@@ -48,7 +51,27 @@ def actor_config(overrides: list[str], prompts: int, micro_batch: int) -> Any:
     base = [f"actor_rollout_ref.actor.ppo_mini_batch_size={max(1, prompts // 4)}",
             f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={micro_batch}"]
     cfg = compose("ppo_trainer", base + list(overrides))
-    return omega_conf_to_dataclass(cfg.actor_rollout_ref.actor), bool(cfg.algorithm.norm_adv_by_std_in_grpo)
+    model = cfg.actor_rollout_ref.model
+    lora = None
+    if int(model.lora_rank) > 0:
+        lora = {"r": int(model.lora_rank), "lora_alpha": int(model.lora_alpha),
+                "target_modules": _plain(model.target_modules), "exclude_modules": _plain(model.exclude_modules)}
+    return omega_conf_to_dataclass(cfg.actor_rollout_ref.actor), bool(cfg.algorithm.norm_adv_by_std_in_grpo), lora
+
+
+def _plain(value: Any) -> Any:
+    """An OmegaConf list as a Python list (PEFT checks types); strings and None unchanged."""
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
+
+
+def with_lora(model: Any, lora: dict[str, Any]) -> Any:
+    """``model`` wrapped in a fresh PEFT LoRA adapter the way verl's FSDP engine builds it (B = 0, so the policy
+    starts exactly at ``model``); only the adapter trains."""
+    from peft import LoraConfig, TaskType, get_peft_model
+
+    return get_peft_model(model, LoraConfig(task_type=TaskType.CAUSAL_LM, bias="none", **lora))
 
 
 def response_logits(model: Any, sequences: list[list[int]], prompt_lens: list[int], width: int, pad_id: int,
@@ -114,11 +137,14 @@ def rehearse(model_path: str, env_section: dict[str, Any], prompts: int, steps: 
     from verl_ext.reward import compute_score
 
     torch.manual_seed(seed)
-    actor, norm_by_std = actor_config(overrides, prompts, micro_batch)
+    actor, norm_by_std, lora = actor_config(overrides, prompts, micro_batch)
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
     reference = copy.deepcopy(model).eval() if actor.use_kl_loss else None
-    optimizer = torch.optim.AdamW(model.parameters(), lr=actor.optim.lr, betas=tuple(actor.optim.betas),
+    if lora is not None:
+        model = with_lora(model, lora)
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(trainable, lr=actor.optim.lr, betas=tuple(actor.optim.betas),
                                   weight_decay=actor.optim.weight_decay)
     policy_loss = get_policy_loss_fn(actor.policy_loss.get("loss_mode", "vanilla"))
     end_id = tokenizer.convert_tokens_to_ids("<|im_end|>")
@@ -203,7 +229,7 @@ def rehearse(model_path: str, env_section: dict[str, Any], prompts: int, steps: 
                     loss.backward()
                     kl_values.append(metrics["actor/ppo_kl"])
                     clip_values.append(metrics["actor/pg_clipfrac"])
-                grad_norms.append(float(torch.nn.utils.clip_grad_norm_(model.parameters(), actor.grad_clip)))
+                grad_norms.append(float(torch.nn.utils.clip_grad_norm_(trainable, actor.grad_clip)))
                 optimizer.step()
                 optimizer.zero_grad(set_to_none=True)
         scores = [s[3] for s in samples]
@@ -220,7 +246,8 @@ def rehearse(model_path: str, env_section: dict[str, Any], prompts: int, steps: 
             probes.append({"step": step, **probe.measure(model)})
             log(f"probe {step}: {probes[-1]}")
     return {"model": model_path, "overrides": list(overrides), "prompts_per_step": prompts, "n": n,
-            "lr": actor.optim.lr, "entropy_coeff": actor.entropy_coeff,
+            "lr": actor.optim.lr, "lora": lora, "trainable_parameters": sum(p.numel() for p in trainable),
+            "entropy_coeff": actor.entropy_coeff,
             "kl_loss_coef": actor.kl_loss_coef if actor.use_kl_loss else 0.0,
             "clip_ratio": [actor.clip_ratio_low, actor.clip_ratio_high],
             "mini_batch_prompts": actor.ppo_mini_batch_size, "steps": history, "probes": probes}

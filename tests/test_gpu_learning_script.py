@@ -38,3 +38,45 @@ def test_model_parts_round_trip(tmp_path):
 def test_model_in_without_parts_names_the_folder(tmp_path):
     result = run("model-in", str(tmp_path), OUT=str(tmp_path / "out"), RUN_DIR=str(tmp_path / "run"))
     assert result.returncode == 2 and f"no *.tar.partaa in '{tmp_path}'" in result.stderr
+
+
+def test_detach_runs_from_a_copy_and_wait_reports_it(tmp_path):
+    run_dir = tmp_path / "run"
+    started = run("detach", "status", OUT=str(tmp_path / "out"), RUN_DIR=str(run_dir))
+    assert started.returncode == 0, started.stderr
+    assert "running as pid" in started.stdout
+    assert (run_dir / "code" / "bench" / "gpu_learning.sh").is_file()
+    assert not (run_dir / "code" / ".git").exists()
+
+    waited = run("wait-detached", "60", OUT=str(tmp_path / "out"), RUN_DIR=str(run_dir))
+    assert waited.returncode == 0, waited.stderr
+    assert "wait-detached: ended" in waited.stdout
+    assert "model: to do" in waited.stdout  # the recipe's status, printed by the detached job into its log
+
+    stopped = run("stop", OUT=str(tmp_path / "out"), RUN_DIR=str(run_dir))
+    assert stopped.returncode == 0 and "no detached job running" in stopped.stdout
+
+
+def test_stop_ends_a_running_detached_job(tmp_path):
+    run_dir = tmp_path / "run"
+    # a model-in that blocks on a FIFO stands for a long stage
+    parts = tmp_path / "parts"
+    parts.mkdir()
+    os.mkfifo(parts / "m.tar.partaa")
+    started = run("detach", "model-in", str(parts), OUT=str(tmp_path / "out"), RUN_DIR=str(run_dir))
+    assert started.returncode == 0, started.stderr
+    pid = int((run_dir / "detached.pid").read_text())
+    os.kill(pid, 0)  # running
+
+    again = run("detach", "status", OUT=str(tmp_path / "out"), RUN_DIR=str(run_dir))
+    assert again.returncode == 2 and "already running" in again.stderr
+
+    stopped = run("stop", OUT=str(tmp_path / "out"), RUN_DIR=str(run_dir))
+    assert stopped.returncode == 0 and f"ended process group {pid}" in stopped.stdout
+    waited = run("wait-detached", "5", OUT=str(tmp_path / "out"), RUN_DIR=str(run_dir))
+    assert "wait-detached: ended" in waited.stdout
+
+
+def test_wait_detached_without_a_job_says_so(tmp_path):
+    result = run("wait-detached", "1", OUT=str(tmp_path / "out"), RUN_DIR=str(tmp_path / "run"))
+    assert result.returncode == 2 and "nothing was detached" in result.stderr
