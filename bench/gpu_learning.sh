@@ -7,16 +7,18 @@
 # model-in unpacks model parts carried from an earlier run (DIR/NAME.tar.part*) into RUN_DIR, so a session can
 # start at `grpo` from a carried SFT model: `bash bench/gpu_learning.sh model-in outputs/carry && ... model grpo`.
 # detach starts the stages in their own process session, which the lent machine keeps running after the call
-# returns (until it is given back): one GRPO run spans several calls with one start-up, and two runs with their
-# own RUN_DIR can share the GPU. wait-detached SECONDS waits for it (or SECONDS) and prints the last step's
-# metrics; stop ends it. The job runs from a copy of the checkout in $RUN_DIR/code, which later calls that
-# refresh the working tree cannot change under it.
+# returns (until it is given back): one GRPO run spans several calls with one start-up. wait-detached SECONDS
+# waits for it (or SECONDS) and prints the last step's metrics; stop ends it. The job runs from a copy of the
+# checkout in $RUN_DIR/code, which later calls that refresh the working tree cannot change under it.
+# One detached job per host ($DETACH_LOCK): two verl runs with their own Ray clusters both get Ray job id
+# 01000000, so verl 0.9.1's weight-sync socket /tmp/rl-colocate-zmq-<job id>-replica-0-rank-0.sock is the same
+# path for both and their weight syncs hang or cross (measured: docs/runs/2026-11-23-h100-run4/).
 # shellcheck source-path=SCRIPTDIR
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # shellcheck source=lent_gpu_env.sh
 source bench/lent_gpu_env.sh
-: "${OUT:=outputs/gpu_learning}"
+: "${OUT:=outputs/gpu_learning}" "${DETACH_LOCK:=/tmp/verl-ext-detached.pid}"
 export RUN_DIR="${RUN_DIR:-/tmp/learning}"
 mkdir -p "$OUT"
 
@@ -59,12 +61,19 @@ step_detach() {
     echo "detach: a job is already running in $RUN_DIR (pid $(cat "$RUN_DIR/detached.pid")); stop it first" >&2
     exit 2
   fi
+  local other_pid other_dir
+  if [[ -f "$DETACH_LOCK" ]] && read -r other_pid other_dir < "$DETACH_LOCK" && kill -0 "$other_pid" 2>/dev/null; then
+    echo "detach: a detached job is already running on this host (pid $other_pid, RUN_DIR $other_dir): two verl" \
+      "runs here share verl's weight-sync socket path and hang; stop it first (RUN_DIR=$other_dir ... stop)" >&2
+    exit 2
+  fi
   local code="$RUN_DIR/code"
   mkdir -p "$RUN_DIR"
   rm -rf "$code" && mkdir -p "$code"
   tar cf - --exclude=./.whl --exclude=./outputs --exclude=./.venv --exclude=./.git . | tar xf - -C "$code"
   setsid bash "$code/bench/gpu_learning.sh" "$@" > "$RUN_DIR/detached.log" 2>&1 < /dev/null &
   echo $! > "$RUN_DIR/detached.pid"
+  echo "$! $RUN_DIR" > "$DETACH_LOCK"
   echo "detach: '$*' running as pid $! (process group), log $RUN_DIR/detached.log"
 }
 
@@ -79,7 +88,10 @@ step_wait_detached() {
   while detached_running && (( waited < seconds )); do sleep 5; waited=$((waited + 5)); done
   if detached_running; then echo "wait-detached: still running after ${waited} s"; else echo "wait-detached: ended"; fi
   tail -n "${TAIL_LINES:-15}" "$RUN_DIR/detached.log"
-  python3 - "$RUN_DIR"/logs/grpo-*.metrics.jsonl <<'PY' || true
+  local metrics=()
+  mapfile -t metrics < <(compgen -G "$RUN_DIR/logs/grpo-*.metrics.jsonl" | sort)
+  (( ${#metrics[@]} )) || { echo "wait-detached: no GRPO metrics in $RUN_DIR/logs yet"; return 0; }
+  python3 - "${metrics[@]}" <<'PY' || true
 import json, sys
 rows = [json.loads(line) for path in sys.argv[1:] for line in open(path) if line.strip()]
 train = [r for r in rows if "critic/score/mean" in r.get("data", {})]

@@ -284,6 +284,8 @@ ALLOWED = {
     "SLURMD_NODENAME": "set by Slurm: the node a batch script runs on (multinode.sbatch puts the Ray head there)",
     "EPOCHREALTIME": "bash 5's clock: the train scripts note when they started (start-up breakdown)",
     "SETTINGS": "bench/rollout_sweep.sh: the settings file of the sweep (a bench setting, not a training one)",
+    "DETACH_LOCK": "bench/gpu_learning.sh: the host-wide file that allows one detached job per lent machine",
+    "TAIL_LINES": "bench/gpu_learning.sh wait-detached: how many log lines to print (a bench setting)",
 }
 ALLOWED_PREFIXES = {
     "SLURM_": "set by Slurm inside a job",

@@ -42,7 +42,8 @@ def test_model_in_without_parts_names_the_folder(tmp_path):
 
 def test_detach_runs_from_a_copy_and_wait_reports_it(tmp_path):
     run_dir = tmp_path / "run"
-    started = run("detach", "status", OUT=str(tmp_path / "out"), RUN_DIR=str(run_dir))
+    started = run("detach", "status", OUT=str(tmp_path / "out"), RUN_DIR=str(run_dir),
+                  DETACH_LOCK=str(tmp_path / "lock"))
     assert started.returncode == 0, started.stderr
     assert "running as pid" in started.stdout
     assert (run_dir / "code" / "bench" / "gpu_learning.sh").is_file()
@@ -52,6 +53,7 @@ def test_detach_runs_from_a_copy_and_wait_reports_it(tmp_path):
     assert waited.returncode == 0, waited.stderr
     assert "wait-detached: ended" in waited.stdout
     assert "model: to do" in waited.stdout  # the recipe's status, printed by the detached job into its log
+    assert "no GRPO metrics" in waited.stdout
 
     stopped = run("stop", OUT=str(tmp_path / "out"), RUN_DIR=str(run_dir))
     assert stopped.returncode == 0 and "no detached job running" in stopped.stdout
@@ -63,18 +65,26 @@ def test_stop_ends_a_running_detached_job(tmp_path):
     parts = tmp_path / "parts"
     parts.mkdir()
     os.mkfifo(parts / "m.tar.partaa")
-    started = run("detach", "model-in", str(parts), OUT=str(tmp_path / "out"), RUN_DIR=str(run_dir))
+    lock = str(tmp_path / "lock")
+    started = run("detach", "model-in", str(parts), OUT=str(tmp_path / "out"), RUN_DIR=str(run_dir),
+                  DETACH_LOCK=lock)
     assert started.returncode == 0, started.stderr
     pid = int((run_dir / "detached.pid").read_text())
     os.kill(pid, 0)  # running
 
-    again = run("detach", "status", OUT=str(tmp_path / "out"), RUN_DIR=str(run_dir))
+    again = run("detach", "status", OUT=str(tmp_path / "out"), RUN_DIR=str(run_dir), DETACH_LOCK=lock)
     assert again.returncode == 2 and "already running" in again.stderr
+    # a second job on the same host, even in another RUN_DIR, would share verl's weight-sync socket
+    other = run("detach", "status", OUT=str(tmp_path / "out"), RUN_DIR=str(tmp_path / "other"), DETACH_LOCK=lock)
+    assert other.returncode == 2 and f"pid {pid}, RUN_DIR {run_dir}" in other.stderr
+    assert "weight-sync socket" in other.stderr
 
     stopped = run("stop", OUT=str(tmp_path / "out"), RUN_DIR=str(run_dir))
     assert stopped.returncode == 0 and f"ended process group {pid}" in stopped.stdout
     waited = run("wait-detached", "5", OUT=str(tmp_path / "out"), RUN_DIR=str(run_dir))
     assert "wait-detached: ended" in waited.stdout
+    after = run("detach", "status", OUT=str(tmp_path / "out"), RUN_DIR=str(tmp_path / "other"), DETACH_LOCK=lock)
+    assert after.returncode == 0, after.stderr  # the lock of an ended job does not block the next
 
 
 def test_wait_detached_without_a_job_says_so(tmp_path):

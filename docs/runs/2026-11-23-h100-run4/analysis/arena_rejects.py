@@ -1,0 +1,59 @@
+"""Which tic_tac_toe replies does a model get rejected in arena games against the random bot? (run 4 analysis)
+
+Plays the same 200 games as `verl-ext eval` (seed 0, seats alternating, transformers greedy, 32 new tokens) with
+every request and reply recorded, then counts the rejected replies by the cell they name and the first moves.
+
+    python docs/runs/2026-11-23-h100-run4/analysis/arena_rejects.py sft=SFT_HF grpo40=GRPO_HF
+"""
+
+from __future__ import annotations
+
+import collections
+import re
+import sys
+
+from verl_ext.evaluation.arena import Arena, ArenaSettings, legal_adapter, parse_opponents
+from verl_ext.evaluation.backends import GenerationSettings
+from verl_ext.evaluation.policies import MoveRequest, make_policy, parse_model_specs
+from verl_ext.mixture import EnvMixture
+
+ANSWER = re.compile(r"<answer>(.*?)</answer>")
+
+
+class RecordingPolicy:
+    """Passes requests to ``policy`` and keeps (prompt, legal moves, reply) of each."""
+
+    def __init__(self, policy) -> None:
+        self.policy, self.name, self.log = policy, policy.name, []
+
+    def respond(self, requests: list[MoveRequest]) -> list[str]:
+        replies = self.policy.respond(requests)
+        self.log += [(r.messages[-1]["content"], list(r.legal_moves), reply) for r, reply in zip(requests, replies)]
+        return replies
+
+    def close(self) -> None:
+        self.policy.close()
+
+
+def main(entries: list[str]) -> None:
+    # the eval's env (both games) keeps its seeds; only tic_tac_toe is played
+    mixture = EnvMixture({"openspiel": {"game_types": ["tic_tac_toe", "connect_four"], "seed": 0},
+                          "val_tasks_per_case": 200}, where="env")
+    adapter = legal_adapter(mixture)
+    adapter.cases = lambda: ["tic_tac_toe"]
+    for spec in parse_model_specs(entries):
+        policy = RecordingPolicy(make_policy(spec, "transformers", GenerationSettings(max_new_tokens=32)))
+        match = Arena(adapter, ArenaSettings(games_per_case=200, opponents=tuple(parse_opponents("random")),
+                                             seed=0)).play(policy, progress=False)["matches"][0]
+        moves = [(prompt, legal, (ANSWER.search(reply) or [None, None])[1]) for prompt, legal, reply in policy.log]
+        rejected = collections.Counter((move or "unparsed")[1:] for _, legal, move in moves if move not in legal)
+        openings = collections.Counter(move[1:] for prompt, _, move in moves
+                                       if move and re.search(r"\(move [01]\)", prompt))
+        print(f"{spec.name}: W/D/L {match['win']['k']}/{match['draw']['k']}/{match['loss']['k']}, "
+              f"{match['forfeit']['k']} forfeits; {sum(rejected.values())} of {len(moves)} replies rejected, "
+              f"by cell {rejected.most_common(4)}; first moves {openings.most_common(3)}")
+        policy.close()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
