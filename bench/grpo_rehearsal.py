@@ -45,6 +45,7 @@ def actor_config(overrides: list[str], prompts: int, micro_batch: int) -> tuple[
     (a quarter of the step's prompts) and ``overrides``; whether GRPO divides advantages by the group's std;
     the LoRA settings of ``actor_rollout_ref.model`` (None when ``lora_rank`` is 0: full fine-tune)."""
     from verl.utils.config import omega_conf_to_dataclass
+    from verl.utils.py_functional import convert_to_regular_types
 
     from verl_ext.launch.preflight import compose
 
@@ -55,15 +56,9 @@ def actor_config(overrides: list[str], prompts: int, micro_batch: int) -> tuple[
     lora = None
     if int(model.lora_rank) > 0:
         lora = {"r": int(model.lora_rank), "lora_alpha": int(model.lora_alpha),
-                "target_modules": _plain(model.target_modules), "exclude_modules": _plain(model.exclude_modules)}
+                "target_modules": convert_to_regular_types(model.target_modules),
+                "exclude_modules": convert_to_regular_types(model.exclude_modules)}
     return omega_conf_to_dataclass(cfg.actor_rollout_ref.actor), bool(cfg.algorithm.norm_adv_by_std_in_grpo), lora
-
-
-def _plain(value: Any) -> Any:
-    """An OmegaConf list as a Python list (PEFT checks types); strings and None unchanged."""
-    from omegaconf import OmegaConf
-
-    return OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
 
 
 def with_lora(model: Any, lora: dict[str, Any]) -> Any:
@@ -260,7 +255,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--n", type=int, default=8, help="samples per prompt (rollout.n)")
     parser.add_argument("--override", dest="actor_overrides", action="append", default=[], metavar="KEY=VALUE",
-                        help="Hydra override of verl's ppo_trainer config (actor_rollout_ref.actor.*), repeatable")
+                        help="Hydra override of verl's ppo_trainer config (actor_rollout_ref.actor.*, "
+                             "actor_rollout_ref.model.lora_*), repeatable")
     parser.add_argument("--eval-prompts", type=int, default=64, help="fixed positions of the move probe")
     parser.add_argument("--eval-every", type=int, default=5)
     parser.add_argument("--max-new-tokens", type=int, default=32)

@@ -57,3 +57,17 @@ def test_steps_wrap_around_a_small_plan(tmp_path, tokenizer_dir):
                                 eval_prompts=1, eval_every=2, max_new_tokens=4, micro_batch=4, seed=0,
                                 log=lambda line: None)
     assert [s["groups"] for s in result["steps"]] == [3, 3]
+
+
+def test_lora_rank_trains_only_an_adapter(tmp_path, tokenizer_dir):
+    """actor_rollout_ref.model.lora_rank > 0: a PEFT adapter (B = 0, so step 0 is the base model) is what trains."""
+    model = build_qwen2(tmp_path / "m", "tiny", tokenizer_dir, seed=0, dtype="float32")
+    full = _run(model, "0.0")
+    # the blank model's replies all score 0 (no advantage): the entropy bonus gives the update a gradient
+    lora = _run(model, "0.05", overrides=["actor_rollout_ref.model.lora_rank=4",
+                                          "actor_rollout_ref.model.lora_alpha=8",
+                                          "actor_rollout_ref.actor.entropy_coeff=0.01"])
+    assert lora["lora"] == {"r": 4, "lora_alpha": 8, "target_modules": "all-linear", "exclude_modules": None}
+    assert 0 < lora["trainable_parameters"] < full["trainable_parameters"]
+    assert lora["probes"][0] == full["probes"][0]  # the fresh adapter leaves the policy as it was
+    assert lora["probes"][0]["tic_tac_toe"] != lora["probes"][1]["tic_tac_toe"]

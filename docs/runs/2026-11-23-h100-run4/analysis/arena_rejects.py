@@ -1,7 +1,8 @@
 """Which tic_tac_toe replies does a model get rejected in arena games against the random bot? (run 4 analysis)
 
 Plays the same 200 games as `verl-ext eval` (seed 0, seats alternating, transformers greedy, 32 new tokens) with
-every request and reply recorded, then counts the rejected replies by the cell they name and the first moves.
+every request and reply recorded, then counts the rejected replies by the cell they name and the first moves
+(replies read by the adapter's own strict parser, as the arena reads them).
 
     python docs/runs/2026-11-23-h100-run4/analysis/arena_rejects.py sft=SFT_HF grpo40=GRPO_HF
 """
@@ -16,9 +17,6 @@ from verl_ext.evaluation.arena import Arena, ArenaSettings, legal_adapter, parse
 from verl_ext.evaluation.backends import GenerationSettings
 from verl_ext.evaluation.policies import MoveRequest, make_policy, parse_model_specs
 from verl_ext.mixture import EnvMixture
-
-ANSWER = re.compile(r"<answer>(.*?)</answer>")
-
 
 class RecordingPolicy:
     """Passes requests to ``policy`` and keeps (prompt, legal moves, reply) of each."""
@@ -45,9 +43,10 @@ def main(entries: list[str]) -> None:
         policy = RecordingPolicy(make_policy(spec, "transformers", GenerationSettings(max_new_tokens=32)))
         match = Arena(adapter, ArenaSettings(games_per_case=200, opponents=tuple(parse_opponents("random")),
                                              seed=0)).play(policy, progress=False)["matches"][0]
-        moves = [(prompt, legal, (ANSWER.search(reply) or [None, None])[1]) for prompt, legal, reply in policy.log]
-        rejected = collections.Counter((move or "unparsed")[1:] for _, legal, move in moves if move not in legal)
-        openings = collections.Counter(move[1:] for prompt, _, move in moves
+        checks = [(prompt, adapter.check_move(dict.fromkeys(legal, 0), reply)) for prompt, legal, reply in policy.log]
+        moves = [(prompt, check.move if check.legal else None) for prompt, check in checks]
+        rejected = collections.Counter((check.move or "unparsed")[1:] for _, check in checks if not check.legal)
+        openings = collections.Counter(move[1:] for prompt, move in moves
                                        if move and re.search(r"\(move [01]\)", prompt))
         print(f"{spec.name}: W/D/L {match['win']['k']}/{match['draw']['k']}/{match['loss']['k']}, "
               f"{match['forfeit']['k']} forfeits; {sum(rejected.values())} of {len(moves)} replies rejected, "

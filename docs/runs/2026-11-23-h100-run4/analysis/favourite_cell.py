@@ -1,7 +1,7 @@
 """How often does a model name tic_tac_toe cell (2,2), and illegally, when it is free, the opponent's or its own?
 
 150 training positions with at most 5 pieces per group (the GRPO run's prompts: seed 0, 10,000 tasks per case),
-greedy replies (transformers, 32 new tokens). Run 4 analysis.
+greedy replies (transformers, 32 new tokens) read by the adapter's own strict parser. Run 4 analysis.
 
     python docs/runs/2026-11-23-h100-run4/analysis/favourite_cell.py sft=SFT_HF grpo40=GRPO_HF
 """
@@ -16,13 +16,11 @@ from verl_ext.evaluation.backends import GenerationSettings
 from verl_ext.evaluation.policies import MoveRequest, make_policy, parse_model_specs
 from verl_ext.mixture import EnvMixture
 
-ANSWER = re.compile(r"<answer>(.*?)</answer>")
 LEGAL = re.compile(r"Legal moves.*?: (.*)\n")
 
 
-def positions_by_owner(limit: int = 150, scanned: int = 3000) -> dict[str, list[tuple[list, list[str]]]]:
-    mixture = EnvMixture({"openspiel": {"game_types": ["tic_tac_toe"], "seed": 0, "num_tasks_per_case": 10000}},
-                         where="env")
+def positions_by_owner(mixture: EnvMixture, limit: int = 150,
+                       scanned: int = 3000) -> dict[str, list[tuple[list, list[str]]]]:
     groups: dict[str, list] = collections.defaultdict(list)
     taken = 0
     for index, ref in enumerate(mixture.plan("train")[:scanned]):
@@ -40,14 +38,17 @@ def positions_by_owner(limit: int = 150, scanned: int = 3000) -> dict[str, list[
 
 
 def main(entries: list[str]) -> None:
-    groups = positions_by_owner()
+    mixture = EnvMixture({"openspiel": {"game_types": ["tic_tac_toe"], "seed": 0, "num_tasks_per_case": 10000}},
+                         where="env")
+    adapter = mixture.adapters["openspiel"]
+    groups = positions_by_owner(mixture)
     for spec in parse_model_specs(entries):
         policy = make_policy(spec, "transformers", GenerationSettings(max_new_tokens=32))
         for owner, items in sorted(groups.items()):
             replies = policy.respond([MoveRequest(prompt, legal, 0) for prompt, legal in items])
-            moves = [(ANSWER.search(reply) or [None, None])[1] for reply in replies]
-            corner = sum(bool(move) and move.endswith("(2,2)") for move in moves)
-            illegal = sum(move not in legal for move, (_, legal) in zip(moves, items))
+            checks = [adapter.check_move(dict.fromkeys(legal, 0), reply) for reply, (_, legal) in zip(replies, items)]
+            corner = sum(bool(check.move) and check.move.endswith("(2,2)") for check in checks)
+            illegal = sum(not check.legal for check in checks)
             print(f"{spec.name}: (2,2) {owner}: n={len(items)}, answers (2,2) {corner / len(items):.0%}, "
                   f"illegal {illegal / len(items):.0%}")
         policy.close()
