@@ -96,6 +96,24 @@ def test_speed_knobs_map_to_verl_keys():
     assert check_ppo(plain, check_imports=False) == []
 
 
+@pytest.mark.parametrize("lora, kl, bypass", [("1", "0.1", False), ("1", "0", True), ("0", "0.1", True)])
+def test_lora_with_kl_computes_old_log_probs_by_default(lora, kl, bypass):
+    """LoRA + KL must not make the adapter-disabled reference pass the first forward
+    (tests/test_fsdp2_lora_first_forward.py), so bypass mode is off by default for that pair only."""
+    config = compose("ppo_trainer", overrides_of(dry_run(
+        "openspiel-ppo.sh", RUN_PROFILE="smoke", ENABLE_LORA=lora, KL_LOSS_COEF=kl)))
+    assert config.algorithm.rollout_correction.bypass_mode is bypass
+    assert config.actor_rollout_ref.actor.use_kl_loss is (kl != "0")
+
+
+def test_lora_with_kl_and_bypass_is_refused():
+    result = subprocess.run(["bash", str(REPO / "train/scripts/openspiel-ppo.sh"), "--dry-run"],
+                            capture_output=True, text=True,
+                            env={**os.environ, "ENABLE_LORA": "1", "KL_LOSS_COEF": "0.05", "BYPASS_OLD_LOG_PROB": "1"})
+    assert result.returncode == 2
+    assert "BYPASS_OLD_LOG_PROB=1 with ENABLE_LORA=1 and KL_LOSS_COEF=0.05 fails at the first backward" in result.stderr
+
+
 def test_extra_arguments_pass_through_as_overrides():
     argv = dry_run("openspiel-ppo.sh", "trainer.total_training_steps=7", "data.env.openspiel.reward_mode=engine",
                    "+data.env.openspiel.mcts_simulations=50", RUN_PROFILE="smoke")

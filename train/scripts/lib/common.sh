@@ -94,7 +94,24 @@ grpo_args() {
   : "${LAYERED_SUMMON:=0}" "${ATTN_IMPLEMENTATION:=sdpa}"
   # Speed defaults, chosen by measurement (docs/training.md "Speed"): CUDA graphs in vLLM, token-budget
   # micro batches, old log-probs taken from the rollout (bypass mode), and no reference pass unless KL is on.
-  : "${ENFORCE_EAGER:=False}" "${USE_DYNAMIC_BSZ:=1}" "${BYPASS_OLD_LOG_PROB:=1}" "${KL_LOSS_COEF:=0}"
+  : "${ENFORCE_EAGER:=False}" "${USE_DYNAMIC_BSZ:=1}" "${KL_LOSS_COEF:=0}"
+  local kl_on=1
+  [[ "$KL_LOSS_COEF" =~ ^0*\.?0*$ ]] && kl_on=0
+  # LoRA + KL: verl's reference pass is the actor with its adapter disabled, and PEFT freezes the adapter
+  # inside disable_adapter(). If that pass is the first forward (bypass mode skips the old-log-prob pass),
+  # FSDP2 fixes its gradient dtypes while no parameter is trainable and the first backward fails ("assign a
+  # gradient with dtype BFloat16 to a tensor with grad_dtype Float"; tests/test_fsdp2_lora_first_forward.py).
+  # Computing old log-probs with the adapter on makes the first forward a trainable one.
+  if [[ "$ENABLE_LORA" == "1" && "$kl_on" == "1" ]]; then
+    : "${BYPASS_OLD_LOG_PROB:=0}"
+    if [[ "$BYPASS_OLD_LOG_PROB" == "1" ]]; then
+      echo "BYPASS_OLD_LOG_PROB=1 with ENABLE_LORA=1 and KL_LOSS_COEF=$KL_LOSS_COEF fails at the first backward" \
+        "(verl's reference pass runs first with the adapter frozen; docs/training.md). Use BYPASS_OLD_LOG_PROB=0" \
+        "(the default for LoRA with KL), KL_LOSS_COEF=0, or ENABLE_LORA=0." >&2
+      exit 2
+    fi
+  fi
+  : "${BYPASS_OLD_LOG_PROB:=1}"
   local seq_len=$(( MAX_PROMPT_LENGTH + MAX_RESPONSE_LENGTH ))
   : "${MAX_TOKEN_LEN_PER_GPU:=$(( seq_len > 16384 ? seq_len : 16384 ))}"  # tokens per micro batch
   : "${GRADIENT_CHECKPOINTING:=1}" "${ACTOR_MODEL_DTYPE:=fp32}"
@@ -120,7 +137,7 @@ grpo_args() {
   [[ "$USE_DYNAMIC_BSZ" == "1" ]] && dynamic=True
   [[ "$BYPASS_OLD_LOG_PROB" == "1" ]] && bypass=True
   [[ "$GRADIENT_CHECKPOINTING" == "1" ]] && checkpointing=True
-  [[ "$KL_LOSS_COEF" =~ ^0*\.?0*$ ]] && use_kl=False  # KL off: verl then skips the reference forward pass
+  [[ "$kl_on" == "0" ]] && use_kl=False  # KL off: verl then skips the reference forward pass
   ARGS=(
     algorithm.adv_estimator=grpo
     data.custom_cls.path=pkg://verl_ext.dataset
