@@ -3,7 +3,7 @@
 # train/recipes/from-scratch.sh in RUN_DIR; pack logs, metrics, eval results and plots into one archive under
 # $OUT, and merged models in parts small enough for the harness to return (to start later runs from them).
 #   bash bench/gpu_learning.sh install | pack | model-out [MODEL_DIR_NAME ...] | model-in DIR | <recipe stages...>
-#   bash bench/gpu_learning.sh detach <recipe stages...> | wait-detached SECONDS | stop
+#   bash bench/gpu_learning.sh detach <recipe stages...> | queue <recipe stages...> | wait-detached SECONDS | stop
 # model-in unpacks model parts carried from an earlier run (DIR/NAME.tar.part*) into RUN_DIR, so a session can
 # start at `grpo` from a carried SFT model: `bash bench/gpu_learning.sh model-in outputs/carry && ... model grpo`.
 # detach starts the stages in their own process session, which the lent machine keeps running after the call
@@ -12,7 +12,9 @@
 # checkout in $RUN_DIR/code, which later calls that refresh the working tree cannot change under it.
 # One detached job per host ($DETACH_LOCK): two verl runs with their own Ray clusters both get Ray job id
 # 01000000, so verl 0.9.1's weight-sync socket /tmp/rl-colocate-zmq-<job id>-replica-0-rank-0.sock is the same
-# path for both and their weight syncs hang or cross (measured: docs/runs/2026-11-23-h100-run4/).
+# path for both and their weight syncs hang or cross (measured: docs/runs/2026-11-23-h100-run4/). queue (with
+# another RUN_DIR) detaches its stages as soon as the running job ends, so two runs share a session without a
+# device call between them (docs/runs/2026-11-23-h100-run5/); wait-detached and stop also cover a queued job.
 # shellcheck source-path=SCRIPTDIR
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -77,6 +79,36 @@ step_detach() {
   echo "detach: '$*' running as pid $! (process group), log $RUN_DIR/detached.log"
 }
 
+# Detach ARGS once the host's running detached job (the lock's pid) ends, so that a second run follows the first
+# without a device call in between; detaches at once when none is running. Log: $RUN_DIR/queue.log.
+step_queue() {
+  (( $# )) || { echo "usage: bench/gpu_learning.sh queue <recipe stages...>" >&2; exit 2; }
+  local other_pid="" other_dir=""
+  [[ -f "$DETACH_LOCK" ]] && read -r other_pid other_dir < "$DETACH_LOCK"
+  if [[ -z "$other_pid" ]] || ! kill -0 "$other_pid" 2>/dev/null; then step_detach "$@"; return; fi
+  if [[ "$other_dir" == "$RUN_DIR" ]]; then
+    echo "queue: the running job already uses RUN_DIR $RUN_DIR; queue into another RUN_DIR" >&2
+    exit 2
+  fi
+  if queued_waiting; then
+    echo "queue: a job is already queued in $RUN_DIR (pid $(cat "$RUN_DIR/queued.pid")); stop it first" >&2
+    exit 2
+  fi
+  local snapshot="$RUN_DIR/queued-code"
+  mkdir -p "$RUN_DIR"
+  rm -rf "$snapshot" && mkdir -p "$snapshot"
+  tar cf - --exclude=./.whl --exclude=./outputs --exclude=./.venv --exclude=./.git . | tar xf - -C "$snapshot"
+  # shellcheck disable=SC2016  # $1 and $@ belong to the waiter's own bash
+  (cd "$snapshot" && exec setsid bash -c 'while kill -0 "$1" 2>/dev/null; do sleep 3; done; shift
+    exec bash bench/gpu_learning.sh detach "$@"' queue "$other_pid" "$@" > "$RUN_DIR/queue.log" 2>&1 < /dev/null) &
+  echo $! > "$RUN_DIR/queued.pid"
+  echo "queue: '$*' starts in $RUN_DIR when pid $other_pid (RUN_DIR $other_dir) ends; log $RUN_DIR/queue.log"
+}
+
+queued_waiting() {
+  [[ -f "$RUN_DIR/queued.pid" ]] && kill -0 "$(cat "$RUN_DIR/queued.pid")" 2>/dev/null
+}
+
 detached_running() {
   [[ -f "$RUN_DIR/detached.pid" ]] && kill -0 "$(cat "$RUN_DIR/detached.pid")" 2>/dev/null
 }
@@ -84,6 +116,8 @@ detached_running() {
 # Wait until the detached job ends or SECONDS pass; then its state, the log's end and the last GRPO step.
 step_wait_detached() {
   local seconds="${1:?usage: bench/gpu_learning.sh wait-detached SECONDS}" waited=0
+  while queued_waiting && (( waited < seconds )); do sleep 5; waited=$((waited + 5)); done
+  if queued_waiting; then echo "wait-detached: still queued after ${waited} s (log $RUN_DIR/queue.log)"; return 0; fi
   [[ -f "$RUN_DIR/detached.pid" ]] || { echo "wait-detached: nothing was detached in $RUN_DIR" >&2; exit 2; }
   while detached_running && (( waited < seconds )); do sleep 5; waited=$((waited + 5)); done
   if detached_running; then echo "wait-detached: still running after ${waited} s"; else echo "wait-detached: ended"; fi
@@ -104,6 +138,10 @@ PY
 
 # End the detached job's whole process group (the recipe, verl's driver and what they started).
 step_stop() {
+  if queued_waiting; then
+    kill -TERM "$(cat "$RUN_DIR/queued.pid")" 2>/dev/null || true
+    echo "stop: cancelled the job queued in $RUN_DIR"
+  fi
   if ! detached_running; then echo "stop: no detached job running in $RUN_DIR"; return 0; fi
   local pid
   pid="$(cat "$RUN_DIR/detached.pid")"
@@ -119,10 +157,11 @@ case "${1:-}" in
   model-out) shift; step_model_out "$@" ;;
   model-in) shift; step_model_in "$@" ;;
   detach) shift; step_detach "$@" ;;
+  queue) shift; step_queue "$@" ;;
   wait-detached) shift; step_wait_detached "$@" ;;
   stop) step_stop ;;
   "") echo "usage: bench/gpu_learning.sh install | pack | model-out [NAME ...] | model-in DIR | <recipe stages>" \
-          "| detach <recipe stages> | wait-detached SECONDS | stop" >&2
+          "| detach <recipe stages> | queue <recipe stages> | wait-detached SECONDS | stop" >&2
       exit 2 ;;
   *) bash train/recipes/from-scratch.sh "$@" ;;
 esac

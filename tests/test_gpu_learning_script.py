@@ -90,3 +90,41 @@ def test_stop_ends_a_running_detached_job(tmp_path):
 def test_wait_detached_without_a_job_says_so(tmp_path):
     result = run("wait-detached", "1", OUT=str(tmp_path / "out"), RUN_DIR=str(tmp_path / "run"))
     assert result.returncode == 2 and "nothing was detached" in result.stderr
+
+
+def test_queue_starts_when_the_running_job_ends_and_stop_cancels_it(tmp_path):
+    lock, out = str(tmp_path / "lock"), str(tmp_path / "out")
+    parts = tmp_path / "parts"
+    parts.mkdir()
+    os.mkfifo(parts / "m.tar.partaa")  # the first job blocks on it until stopped
+    first, second, third = tmp_path / "first", tmp_path / "second", tmp_path / "third"
+    assert run("detach", "model-in", str(parts), OUT=out, RUN_DIR=str(first), DETACH_LOCK=lock).returncode == 0
+
+    same = run("queue", "status", OUT=out, RUN_DIR=str(first), DETACH_LOCK=lock)
+    assert same.returncode == 2 and "already uses RUN_DIR" in same.stderr
+    queued = run("queue", "status", OUT=out, RUN_DIR=str(second), DETACH_LOCK=lock)
+    assert queued.returncode == 0, queued.stderr
+    assert f"when pid {(first / 'detached.pid').read_text().strip()}" in queued.stdout
+    assert not (second / "detached.pid").exists()
+    still = run("wait-detached", "1", OUT=out, RUN_DIR=str(second))
+    assert "still queued" in still.stdout
+    twice = run("queue", "status", OUT=out, RUN_DIR=str(second), DETACH_LOCK=lock)
+    assert twice.returncode == 2 and "already queued" in twice.stderr
+
+    cancelled = run("queue", "status", OUT=out, RUN_DIR=str(third), DETACH_LOCK=lock)
+    assert cancelled.returncode == 0, cancelled.stderr
+    assert "cancelled the job queued" in run("stop", OUT=out, RUN_DIR=str(third)).stdout
+
+    assert run("stop", OUT=out, RUN_DIR=str(first)).returncode == 0
+    waited = run("wait-detached", "60", OUT=out, RUN_DIR=str(second))
+    assert waited.returncode == 0, waited.stderr
+    assert "wait-detached: ended" in waited.stdout and "model: to do" in waited.stdout
+    assert (second / "code" / "bench" / "gpu_learning.sh").is_file()
+    assert not (third / "detached.pid").exists()  # the cancelled one never started
+
+
+def test_queue_without_a_running_job_detaches_at_once(tmp_path):
+    run_dir = tmp_path / "run"
+    started = run("queue", "status", OUT=str(tmp_path / "out"), RUN_DIR=str(run_dir), DETACH_LOCK=str(tmp_path / "lock"))
+    assert started.returncode == 0 and "running as pid" in started.stdout
+    assert "wait-detached: ended" in run("wait-detached", "60", OUT=str(tmp_path / "out"), RUN_DIR=str(run_dir)).stdout
