@@ -56,23 +56,34 @@ step_model_in() {
   if (( ! found )); then echo "model-in: no *.tar.partaa in '$dir'" >&2; exit 2; fi
 }
 
+# Copy the checkout (without wheels, outputs, venv and git) into DIR, replacing what was there.
+copy_checkout() {
+  mkdir -p "$RUN_DIR"
+  rm -rf "$1" && mkdir -p "$1"
+  tar cf - --exclude=./.whl --exclude=./outputs --exclude=./.venv --exclude=./.git . | tar xf - -C "$1"
+}
+
+# True while the host's detached job ($DETACH_LOCK) runs; sets the caller's other_pid and other_dir from the lock.
+host_job_running() {
+  other_pid="" other_dir=""
+  [[ -f "$DETACH_LOCK" ]] && read -r other_pid other_dir < "$DETACH_LOCK" && kill -0 "$other_pid" 2>/dev/null
+}
+
 # Start `gpu_learning.sh ARGS` from a copy of the checkout in a new process session; log: $RUN_DIR/detached.log.
 step_detach() {
   (( $# )) || { echo "usage: bench/gpu_learning.sh detach <recipe stages...>" >&2; exit 2; }
-  if detached_running; then
+  if alive "$RUN_DIR/detached.pid"; then
     echo "detach: a job is already running in $RUN_DIR (pid $(cat "$RUN_DIR/detached.pid")); stop it first" >&2
     exit 2
   fi
   local other_pid other_dir
-  if [[ -f "$DETACH_LOCK" ]] && read -r other_pid other_dir < "$DETACH_LOCK" && kill -0 "$other_pid" 2>/dev/null; then
+  if host_job_running; then
     echo "detach: a detached job is already running on this host (pid $other_pid, RUN_DIR $other_dir): two verl" \
       "runs here share verl's weight-sync socket path and hang; stop it first (RUN_DIR=$other_dir ... stop)" >&2
     exit 2
   fi
   local code="$RUN_DIR/code"
-  mkdir -p "$RUN_DIR"
-  rm -rf "$code" && mkdir -p "$code"
-  tar cf - --exclude=./.whl --exclude=./outputs --exclude=./.venv --exclude=./.git . | tar xf - -C "$code"
+  copy_checkout "$code"
   setsid bash "$code/bench/gpu_learning.sh" "$@" > "$RUN_DIR/detached.log" 2>&1 < /dev/null &
   echo $! > "$RUN_DIR/detached.pid"
   echo "$! $RUN_DIR" > "$DETACH_LOCK"
@@ -83,21 +94,18 @@ step_detach() {
 # without a device call in between; detaches at once when none is running. Log: $RUN_DIR/queue.log.
 step_queue() {
   (( $# )) || { echo "usage: bench/gpu_learning.sh queue <recipe stages...>" >&2; exit 2; }
-  local other_pid="" other_dir=""
-  [[ -f "$DETACH_LOCK" ]] && read -r other_pid other_dir < "$DETACH_LOCK"
-  if [[ -z "$other_pid" ]] || ! kill -0 "$other_pid" 2>/dev/null; then step_detach "$@"; return; fi
+  local other_pid other_dir
+  host_job_running || { step_detach "$@"; return; }
   if [[ "$other_dir" == "$RUN_DIR" ]]; then
     echo "queue: the running job already uses RUN_DIR $RUN_DIR; queue into another RUN_DIR" >&2
     exit 2
   fi
-  if queued_waiting; then
+  if alive "$RUN_DIR/queued.pid"; then
     echo "queue: a job is already queued in $RUN_DIR (pid $(cat "$RUN_DIR/queued.pid")); stop it first" >&2
     exit 2
   fi
   local snapshot="$RUN_DIR/queued-code"
-  mkdir -p "$RUN_DIR"
-  rm -rf "$snapshot" && mkdir -p "$snapshot"
-  tar cf - --exclude=./.whl --exclude=./outputs --exclude=./.venv --exclude=./.git . | tar xf - -C "$snapshot"
+  copy_checkout "$snapshot"
   # shellcheck disable=SC2016  # $1 and $@ belong to the waiter's own bash
   (cd "$snapshot" && exec setsid bash -c 'while kill -0 "$1" 2>/dev/null; do sleep 3; done; shift
     exec bash bench/gpu_learning.sh detach "$@"' queue "$other_pid" "$@" > "$RUN_DIR/queue.log" 2>&1 < /dev/null) &
@@ -105,22 +113,27 @@ step_queue() {
   echo "queue: '$*' starts in $RUN_DIR when pid $other_pid (RUN_DIR $other_dir) ends; log $RUN_DIR/queue.log"
 }
 
-queued_waiting() {
-  [[ -f "$RUN_DIR/queued.pid" ]] && kill -0 "$(cat "$RUN_DIR/queued.pid")" 2>/dev/null
+# True while the process in pid file FILE (detached.pid, queued.pid) runs.
+alive() {
+  [[ -f "$1" ]] && kill -0 "$(cat "$1")" 2>/dev/null
 }
 
-detached_running() {
-  [[ -f "$RUN_DIR/detached.pid" ]] && kill -0 "$(cat "$RUN_DIR/detached.pid")" 2>/dev/null
+# Sleep while pid file FILE's process runs, counting the caller's `waited` up to `seconds`.
+wait_while_alive() {
+  while alive "$1" && (( waited < seconds )); do sleep 5; waited=$((waited + 5)); done
 }
 
 # Wait until the detached job ends or SECONDS pass; then its state, the log's end and the last GRPO step.
 step_wait_detached() {
   local seconds="${1:?usage: bench/gpu_learning.sh wait-detached SECONDS}" waited=0
-  while queued_waiting && (( waited < seconds )); do sleep 5; waited=$((waited + 5)); done
-  if queued_waiting; then echo "wait-detached: still queued after ${waited} s (log $RUN_DIR/queue.log)"; return 0; fi
+  wait_while_alive "$RUN_DIR/queued.pid"
+  if alive "$RUN_DIR/queued.pid"; then
+    echo "wait-detached: still queued after ${waited} s (log $RUN_DIR/queue.log)"
+    return 0
+  fi
   [[ -f "$RUN_DIR/detached.pid" ]] || { echo "wait-detached: nothing was detached in $RUN_DIR" >&2; exit 2; }
-  while detached_running && (( waited < seconds )); do sleep 5; waited=$((waited + 5)); done
-  if detached_running; then echo "wait-detached: still running after ${waited} s"; else echo "wait-detached: ended"; fi
+  wait_while_alive "$RUN_DIR/detached.pid"
+  if alive "$RUN_DIR/detached.pid"; then echo "wait-detached: still running after ${waited} s"; else echo "wait-detached: ended"; fi
   tail -n "${TAIL_LINES:-15}" "$RUN_DIR/detached.log"
   local metrics=()
   mapfile -t metrics < <(compgen -G "$RUN_DIR/logs/grpo-*.metrics.jsonl" | sort)
@@ -138,11 +151,11 @@ PY
 
 # End the detached job's whole process group (the recipe, verl's driver and what they started).
 step_stop() {
-  if queued_waiting; then
+  if alive "$RUN_DIR/queued.pid"; then
     kill -TERM "$(cat "$RUN_DIR/queued.pid")" 2>/dev/null || true
     echo "stop: cancelled the job queued in $RUN_DIR"
   fi
-  if ! detached_running; then echo "stop: no detached job running in $RUN_DIR"; return 0; fi
+  if ! alive "$RUN_DIR/detached.pid"; then echo "stop: no detached job running in $RUN_DIR"; return 0; fi
   local pid
   pid="$(cat "$RUN_DIR/detached.pid")"
   kill -TERM -- "-$pid" 2>/dev/null || true

@@ -9,7 +9,7 @@ import pytest
 from verl_ext.envs import ConfigError
 from verl_ext.envs.openspiel_env import load_game
 from verl_ext.evaluation.arena import Arena, ArenaSettings, Opponent, legal_adapter, parse_opponents
-from verl_ext.evaluation.policies import MoveRequest, ScriptedPolicy
+from verl_ext.evaluation.policies import MoveRequest, RecordingPolicy, ScriptedPolicy
 from verl_ext.evaluation.stats import proportion, wilson_interval
 from verl_ext.mixture import EnvMixture
 
@@ -49,6 +49,17 @@ def test_random_vs_random_is_even_with_alternating_seats():
         seats = match["by_seat"]
         assert sum(seats["0"].values()) == sum(seats["1"].values()) == n // 2
         assert seats["0"]["win"] > seats["1"]["win"]
+
+
+def test_recording_policy_keeps_every_request_and_reply_without_changing_the_games():
+    plain = _arena(["tic_tac_toe"], games_per_case=6).play(ScriptedPolicy("rnd", "random"), progress=False)
+    recorder = RecordingPolicy(ScriptedPolicy("rnd", "random"))
+    recorded = _arena(["tic_tac_toe"], games_per_case=6).play(recorder, progress=False)
+    match = _match(recorded, "tic_tac_toe")
+    assert match == _match(plain, "tic_tac_toe")
+    assert recorder.name == "rnd" and len(recorder.log) == match["model_moves"]
+    for request, reply in recorder.log:
+        assert isinstance(request, MoveRequest) and reply in {f"<answer>{m}</answer>" for m in request.legal_moves}
 
 
 @pytest.mark.parametrize("case,simulations,n", [("tic_tac_toe", 100, 20), ("connect_four", 50, 10)])

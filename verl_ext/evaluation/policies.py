@@ -167,6 +167,24 @@ class ScriptedPolicy:
         return None
 
 
+class RecordingPolicy:
+    """Wraps a policy and keeps every (request, reply) it answered, in order, in ``log`` (for analyses of what a
+    model said in arena games)."""
+
+    def __init__(self, policy: Policy) -> None:
+        self.policy = policy
+        self.name = policy.name
+        self.log: list[tuple[MoveRequest, str]] = []
+
+    def respond(self, requests: Sequence[MoveRequest]) -> list[str]:
+        replies = self.policy.respond(requests)
+        self.log.extend(zip(requests, replies))
+        return replies
+
+    def close(self) -> None:
+        self.policy.close()
+
+
 def make_policy(spec: ModelSpec, backend: str, settings: GenerationSettings) -> Policy:
     """Load the policy of ``spec`` (a model through ``backend``, or a scripted baseline)."""
     if spec.scripted is not None:

@@ -15,22 +15,8 @@ import sys
 
 from verl_ext.evaluation.arena import Arena, ArenaSettings, legal_adapter, parse_opponents
 from verl_ext.evaluation.backends import GenerationSettings
-from verl_ext.evaluation.policies import MoveRequest, make_policy, parse_model_specs
+from verl_ext.evaluation.policies import RecordingPolicy, make_policy, parse_model_specs
 from verl_ext.mixture import EnvMixture
-
-class RecordingPolicy:
-    """Passes requests to ``policy`` and keeps (prompt, legal moves, reply) of each."""
-
-    def __init__(self, policy) -> None:
-        self.policy, self.name, self.log = policy, policy.name, []
-
-    def respond(self, requests: list[MoveRequest]) -> list[str]:
-        replies = self.policy.respond(requests)
-        self.log += [(r.messages[-1]["content"], list(r.legal_moves), reply) for r, reply in zip(requests, replies)]
-        return replies
-
-    def close(self) -> None:
-        self.policy.close()
 
 
 def main(entries: list[str]) -> None:
@@ -43,7 +29,8 @@ def main(entries: list[str]) -> None:
         policy = RecordingPolicy(make_policy(spec, "transformers", GenerationSettings(max_new_tokens=32)))
         match = Arena(adapter, ArenaSettings(games_per_case=200, opponents=tuple(parse_opponents("random")),
                                              seed=0)).play(policy, progress=False)["matches"][0]
-        checks = [(prompt, adapter.check_move(dict.fromkeys(legal, 0), reply)) for prompt, legal, reply in policy.log]
+        checks = [(request.messages[-1]["content"], adapter.check_move(dict.fromkeys(request.legal_moves, 0), reply))
+                  for request, reply in policy.log]
         moves = [(prompt, check.move if check.legal else None) for prompt, check in checks]
         rejected = collections.Counter((check.move or "unparsed")[1:] for _, check in checks if not check.legal)
         openings = collections.Counter(move[1:] for prompt, move in moves

@@ -15,23 +15,8 @@ import sys
 
 from verl_ext.evaluation.arena import Arena, ArenaSettings, legal_adapter, parse_opponents
 from verl_ext.evaluation.backends import GenerationSettings
-from verl_ext.evaluation.policies import MoveRequest, make_policy, parse_model_specs
+from verl_ext.evaluation.policies import RecordingPolicy, make_policy, parse_model_specs
 from verl_ext.mixture import EnvMixture
-
-
-class RecordingPolicy:
-    """Passes requests to ``policy`` and keeps (legal moves, reply) of each."""
-
-    def __init__(self, policy) -> None:
-        self.policy, self.name, self.log = policy, policy.name, []
-
-    def respond(self, requests: list[MoveRequest]) -> list[str]:
-        replies = self.policy.respond(requests)
-        self.log += [(list(r.legal_moves), reply) for r, reply in zip(requests, replies)]
-        return replies
-
-    def close(self) -> None:
-        self.policy.close()
 
 
 def main(entries: list[str]) -> None:
@@ -43,12 +28,12 @@ def main(entries: list[str]) -> None:
     for spec in parse_model_specs(entries):
         policy = RecordingPolicy(make_policy(spec, "transformers", GenerationSettings(max_new_tokens=64)))
         match = Arena(adapter, settings).play(policy, progress=False)["matches"][0]
-        checks = [adapter.check_move(dict.fromkeys(legal, 0), reply) for legal, reply in policy.log]
+        checks = [adapter.check_move(dict.fromkeys(request.legal_moves, 0), reply) for request, reply in policy.log]
         # a rejected column that is among the legal ones was named with the other player's mark; else it is full
         full = wrong_mark = 0
-        for (legal, _), check in zip(policy.log, checks):
+        for (request, _), check in zip(policy.log, checks):
             if not check.legal and check.move:
-                open_columns = {move[-1] for move in legal}
+                open_columns = {move[-1] for move in request.legal_moves}
                 wrong_mark += check.move[-1] in open_columns
                 full += check.move[-1] not in open_columns
         played = collections.Counter(check.move for check in checks if check.move)
