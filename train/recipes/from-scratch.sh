@@ -45,8 +45,9 @@ if [[ "$SFT_ANSWERS" == "random" ]]; then : "${SFT_GAME_SHARE:=0}"; else : "${SF
 # deterministic policy within 10-20 steps; at 3e-5 the rehearsal kept exploring for 20 steps (collapsing by 40)
 # and learned more on the way (docs/runs/2026-11-23-cpu-grpo-rehearsal/). On the H100 at 128 prompts a step
 # (run 4, docs/runs/2026-11-23-h100-run4/) 3e-5 learned as much as 1e-4 (+0.058 held-out engine score) and
-# collapsed more slowly but all the same (move entropy 0.11 nats by step 40). LoRA (rank 32) at 2e-4 moved like full fine-tuning at 3e-5 in the
-# CPU rehearsal; no LoRA GRPO run has finished on a GPU yet.
+# collapsed more slowly but all the same (move entropy 0.11 nats by step 40). LoRA (rank 32) at 2e-4 moved like
+# full fine-tuning at 3e-5 in the CPU rehearsal; on the H100 with KL 0.1 (run 5, docs/runs/2026-11-23-h100-run5/)
+# it gave +0.044 in 15 steps and kept more of the move entropy.
 if [[ "$GRPO_LORA" == "1" ]]; then : "${GRPO_LR:=2e-4}"; else : "${GRPO_LR:=3e-5}"; fi
 # eval: blank vs SFT vs SFT+GRPO vs a random legal mover, held-out positions and full games
 : "${EVAL_GAMES:=200}" "${EVAL_OPPONENTS:=random,mcts:50}" "${EVAL_BACKEND:=auto}" "${EVAL_GENERATION_LENGTH:=32}"
