@@ -20,7 +20,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # shellcheck source=lent_gpu_env.sh
 source bench/lent_gpu_env.sh
-: "${OUT:=outputs/gpu_learning}" "${DETACH_LOCK:=/tmp/verl-ext-detached.pid}"
+: "${OUT:=outputs/gpu_learning}"
 export RUN_DIR="${RUN_DIR:-/tmp/learning}"
 mkdir -p "$OUT"
 
@@ -54,19 +54,6 @@ step_model_in() {
     found=1
   done
   if (( ! found )); then echo "model-in: no *.tar.partaa in '$dir'" >&2; exit 2; fi
-}
-
-# Copy the checkout (without wheels, outputs, venv and git) into DIR, replacing what was there.
-copy_checkout() {
-  mkdir -p "$RUN_DIR"
-  rm -rf "$1" && mkdir -p "$1"
-  tar cf - --exclude=./.whl --exclude=./outputs --exclude=./.venv --exclude=./.git . | tar xf - -C "$1"
-}
-
-# True while the host's detached job ($DETACH_LOCK) runs; sets the caller's other_pid and other_dir from the lock.
-host_job_running() {
-  other_pid="" other_dir=""
-  [[ -f "$DETACH_LOCK" ]] && read -r other_pid other_dir < "$DETACH_LOCK" && kill -0 "$other_pid" 2>/dev/null
 }
 
 # Start `gpu_learning.sh ARGS` from a copy of the checkout in a new process session; log: $RUN_DIR/detached.log.
@@ -113,26 +100,16 @@ step_queue() {
   echo "queue: '$*' starts in $RUN_DIR when pid $other_pid (RUN_DIR $other_dir) ends; log $RUN_DIR/queue.log"
 }
 
-# True while the process in pid file FILE (detached.pid, queued.pid) runs.
-alive() {
-  [[ -f "$1" ]] && kill -0 "$(cat "$1")" 2>/dev/null
-}
-
-# Sleep while pid file FILE's process runs, counting the caller's `waited` up to `seconds`.
-wait_while_alive() {
-  while alive "$1" && (( waited < seconds )); do sleep 5; waited=$((waited + 5)); done
-}
-
 # Wait until the detached job ends or SECONDS pass; then its state, the log's end and the last GRPO step.
 step_wait_detached() {
   local seconds="${1:?usage: bench/gpu_learning.sh wait-detached SECONDS}" waited=0
-  wait_while_alive "$RUN_DIR/queued.pid"
+  wait_while_alive "$RUN_DIR/queued.pid" "$seconds"
   if alive "$RUN_DIR/queued.pid"; then
     echo "wait-detached: still queued after ${waited} s (log $RUN_DIR/queue.log)"
     return 0
   fi
   [[ -f "$RUN_DIR/detached.pid" ]] || { echo "wait-detached: nothing was detached in $RUN_DIR" >&2; exit 2; }
-  wait_while_alive "$RUN_DIR/detached.pid"
+  wait_while_alive "$RUN_DIR/detached.pid" "$seconds"
   if alive "$RUN_DIR/detached.pid"; then echo "wait-detached: still running after ${waited} s"; else echo "wait-detached: ended"; fi
   tail -n "${TAIL_LINES:-15}" "$RUN_DIR/detached.log"
   local metrics=()

@@ -46,8 +46,17 @@ class Milestone:
 MILESTONES: tuple[Milestone, ...] = (
     Milestone("launch", "train script started", re.escape("[verl-ext] launch: train script started"),
               "verl_ext/launch/logtee.py (LAUNCH_MARK)"),
+    Milestone("preflight", "pre-flight done, verl's command started", re.escape("[verl-ext] launch: pre-flight done"),
+              "verl_ext/launch/logtee.py (PREFLIGHT_MARK)"),
+    Milestone("ray_init", "verl imported, config validated (ray.init next)", r"^ray init kwargs: ",
+              "verl trainer/main_ppo.py:73"),
     Milestone("ray", "Ray started", r"Started a local Ray instance\.|Connected to Ray cluster\.",
               "ray 2.60.0 ray/_private/worker.py:2025-2039"),
+    Milestone("task_runner", "TaskRunner actor running (its imports done)", r"\(TaskRunnerV1 pid=\d+\) \{'actor_rollout_ref'",
+              "verl trainer/main_ppo.py:144 (pprint of the config, no time of its own)"),
+    Milestone("transfer_queue", "TransferQueue started, trainer building datasets", r"Using dataset class: ",
+              "verl utils/dataset/rl_dataset.py:594, after transfer_queue.init (main_ppo.py:149) and the trainer's "
+              "constructor start"),
     Milestone("worker_group", "FSDP worker processes created", r"create worker group ",
               "verl trainer/ppo/v1/trainer_base.py:312"),
     Milestone("actor_init", "actor (FSDP) model initialised", r"actor and ref model engine initialized",

@@ -26,7 +26,11 @@ ENGINE = SERVER + "(EngineCore pid=1600) "
 # (stamp the log file would carry, line as the console shows it)
 SYNTHETIC = [
     ("2026-11-23 11:29:16.000", "[verl-ext] launch: train script started"),
+    ("2026-11-23 11:29:22.400", "[verl-ext] launch: pre-flight done, verl starting"),
+    ("2026-11-23 11:29:30.100", "ray init kwargs: {'num_cpus': None, 'runtime_env': {'env_vars': {}}}"),
     ("2026-11-23 11:29:35.200", "2026-11-23 11:29:35,101\tINFO worker.py:2038 -- Started a local Ray instance."),
+    ("2026-11-23 11:29:45.000", TASK + "{'actor_rollout_ref': {'actor': {'_target_': 'verl.workers.config.FSDPActorConfig',"),
+    ("2026-11-23 11:29:55.000", TASK + "Using dataset class: DynamicEnvDataset"),
     ("2026-11-23 11:29:58.300", TASK + "INFO:2026-11-23 11:29:58,250:create worker group dict_keys(['actor_rollout'])"),
     ("2026-11-23 11:30:40.100", TASK + "INFO:2026-11-23 11:30:40,000:actor and ref model engine initialized"),
     ("2026-11-23 11:30:44.100", TASK + "INFO:2026-11-23 11:30:44,000:reward loop manager initialized"),
@@ -73,6 +77,9 @@ def test_every_milestone_is_timed_from_the_exact_messages():
     assert result["origin"] == "2026-11-23 11:29:16" and result["missing"] == []
     assert [r["key"] for r in result["milestones"]] == [m.key for m in startup.MILESTONES]
     assert rows["ray"]["since_launch_s"] == pytest.approx(19.101)  # Ray's own time, not the log stamp
+    assert rows["preflight"]["since_launch_s"] == pytest.approx(6.4)
+    assert rows["ray_init"]["after_previous_s"] == pytest.approx(7.7)
+    assert rows["transfer_queue"]["after_previous_s"] == pytest.approx(10.0)  # after the TaskRunner's config print
     assert rows["actor_init"]["since_launch_s"] == pytest.approx(84.0)
     assert rows["vllm_engine_start"]["since_launch_s"] == 99.0  # vLLM: seconds, the year from its neighbours
     assert rows["vllm_engine_start"]["time_from"] == "own timestamp (s, year inferred)"
@@ -97,6 +104,7 @@ def test_an_unstamped_log_times_what_carries_its_own_time_and_says_what_does_not
     assert rows["ray"]["since_launch_s"] == 0.0 and rows["ready_to_fit"]["since_launch_s"] == pytest.approx(147.899)
     missing = {m["key"]: m["why"] for m in result["missing"]}
     assert missing["validation_done"] == "no time on its line" and missing["step1_end"] == "no time on its line"
+    assert missing["ray_init"] == missing["task_runner"] == "no time on its line"
     assert missing["launch"] == "not found" and result["launch_to_step1_start_s"] is None
 
 
@@ -114,9 +122,14 @@ def test_the_committed_h100_excerpt():
 
 def test_stamper_keeps_the_console_and_stamps_every_line_of_the_file():
     console, log = io.BytesIO(), io.BytesIO()
-    clock = iter([1795433356.25, 1795433357.5, 1795433358.0])
+    clock = iter([1795433351.0, 1795433356.25, 1795433357.5, 1795433358.0])
     tee = logtee.StampedTee(console, log, clock=lambda: next(clock))
     tee.header(1795433350.0)
+    preflight_done = log.getvalue().decode().split("\n")[1]
+    assert preflight_done == logtee.stamp(1795433351.0).decode() + logtee.PREFLIGHT_MARK
+    log.seek(0)
+    log.truncate()
+    log.write(logtee.stamp(1795433350.0) + logtee.LAUNCH_MARK.encode() + b"\n")
     for chunk in (b"first line\nsecond ", b"half\nprogress 1/3\rprogress 3/3\n", b"tail without newline"):
         tee.write(chunk)
     assert console.getvalue() == b"first line\nsecond half\nprogress 1/3\rprogress 3/3\ntail without newline"
@@ -134,7 +147,7 @@ def test_stamper_keeps_the_console_and_stamps_every_line_of_the_file():
 
 def test_stamper_as_the_train_scripts_run_it_feeds_the_breakdown(tmp_path):
     log = tmp_path / "run.log"
-    text = "".join(t + "\n" for _, t in SYNTHETIC[1:])
+    text = "".join(t + "\n" for _, t in SYNTHETIC[2:])  # the tee writes the launch and pre-flight lines itself
     done = subprocess.run([sys.executable, "-u", str(REPO / "verl_ext" / "launch" / "logtee.py"), "--started",
                            "1795433356.5", str(log)], input=text.encode(), capture_output=True, check=True)
     assert done.stdout.decode() == text
@@ -144,6 +157,7 @@ def test_stamper_as_the_train_scripts_run_it_feeds_the_breakdown(tmp_path):
     assert result["origin_from"] == "the train script's start (logtee launch line)"
     rows = by_key(result)
     assert rows["step1_end"]["time_from"] == "log stamp" and "step1_start" in rows
+    assert rows["preflight"]["time_from"] == "log stamp"
     assert out.with_suffix(".md").read_text().startswith("Time 0: ")
     assert read_console_log(log)[1]["timing_s/step"] == 12.5  # verl-ext plot/summaries still read stamped logs
 

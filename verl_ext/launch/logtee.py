@@ -5,7 +5,8 @@ prefixed with the local wall-clock time it arrived (``2026-11-23 11:29:16.123 | 
 
 verl prints its config, validation metrics and ``step:N`` lines without a time, and vLLM stamps only to the
 second without a year; the stamps let ``bench/startup_breakdown.py`` time every start-up milestone. The first
-file line marks the train script's start (``--started``, epoch seconds). Output passes through in chunks as it
+file line marks the train script's start (``--started``, epoch seconds), the second the end of its checks
+(the tee starts with verl's command). Output passes through in chunks as it
 arrives (progress bars with ``\\r`` included); Ctrl-C is left to the run, so its last lines are still logged.
 Run by path, not ``-m``, so it starts without importing verl_ext.
 """
@@ -21,6 +22,8 @@ from collections.abc import Callable, Sequence
 from typing import BinaryIO
 
 LAUNCH_MARK = "[verl-ext] launch: train script started"
+# The tee starts together with verl's command, i.e. when the script's checks (interpreter, pre-flight) are done
+PREFLIGHT_MARK = "[verl-ext] launch: pre-flight done, verl starting"
 SEPARATOR = " | "
 _CHUNK = 65536
 
@@ -50,7 +53,9 @@ class StampedTee:
         self.at_line_start = True
 
     def header(self, started: float) -> None:
+        """The launch line at ``started`` and the pre-flight line now (the tee starts with verl's command)."""
         self.log.write(stamp(started) + LAUNCH_MARK.encode() + b"\n")
+        self.log.write(stamp(self.clock()) + PREFLIGHT_MARK.encode() + b"\n")
         self.log.flush()
 
     def write(self, chunk: bytes) -> None:

@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# Issue 14's side-by-side measurements on one lent GPU (no network), in one detached job so that they span
+# several device calls: per load, the vLLM offline ceiling, our trainer with the settings under test and TRL's
+# GRPOTrainer (bench/train_speed.sh), then the comparison table with both ratios.
+#   bash bench/speed_session.sh install | run [--dry-run] | detach | wait SECONDS | stop | pack
+# install: the carried wheel chunks (+ trl in $CHUNKS/extra) and the random Qwen2.5-0.5B-shaped model
+# (bench/gpu_smoke.sh install, model). run: every step below, each timed in $SPEED_DIR/session.txt; a failing
+# step is recorded there and the next one runs. detach: run from a copy of the checkout in its own process
+# session (log $SPEED_DIR/detached.log); wait: until it ends or SECONDS pass. pack: $OUT/speed.tgz.
+# The settings under test: SPEED_ENV (train-script variables) and SPEED_ARGS (Hydra overrides), space-separated;
+# default: CANDIDATE_ENV / CANDIDATE_ARGS below (docs/speed.md "Levers").
+# shellcheck source-path=SCRIPTDIR
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+# shellcheck source=lent_gpu_env.sh
+source bench/lent_gpu_env.sh
+: "${OUT:=outputs/speed_session}" "${SPEED_DIR:=/tmp/speed}" "${MODEL_DIR:=/tmp/qwen2.5-0.5b-random}"
+: "${TRL_SITE:=/tmp/site-trl}" "${REALISTIC_STEPS:=6}" "${SMOKE_STEPS:=8}"
+: "${TRL_REALISTIC_STEPS:=3}" "${TRL_SMOKE_STEPS:=5}"
+# Rollout: poll for finished groups every 0.1 s instead of verl's fixed 2 s; vLLM's own offline scheduling
+# limits instead of verl's 256 sequences / 8192 tokens. Start-up: vLLM's torch.compile cache kept (verl turns it
+# off; torch >= 2.10 writes it atomically), 2 TransferQueue storage actors instead of 8, 4 reward workers
+# instead of 8, no Ray dashboard.
+CANDIDATE_ENV="ROLLOUT_POLL_INTERVAL=0.1 VLLM_DISABLE_COMPILE_CACHE=0"
+CANDIDATE_ARGS="actor_rollout_ref.rollout.max_num_seqs=1024 actor_rollout_ref.rollout.max_num_batched_tokens=16384
+transfer_queue.backend.SimpleStorage.num_data_storage_units=2 reward.num_workers=4
++ray_kwargs.ray_init.include_dashboard=False"
+: "${SPEED_ENV:=$CANDIDATE_ENV}" "${SPEED_ARGS:=$CANDIDATE_ARGS}"
+
+# One bench/train_speed.sh call per line: `LOAD WHAT STEPS` (STEPS "-" where the step count does not apply).
+PLAN=(
+  "realistic vllm -" "realistic ours $REALISTIC_STEPS" "realistic trl $TRL_REALISTIC_STEPS" "realistic compare -"
+  "smoke ours $SMOKE_STEPS" "smoke trl $TRL_SMOKE_STEPS" "smoke vllm -" "smoke compare -"
+)
+
+# The environment and arguments of one plan line, as a command: train_speed.sh's OUT is $SPEED_DIR.
+command_of() {
+  local load what steps
+  read -r load what steps <<< "$1"
+  local cmd=(env "OUT=$SPEED_DIR" "MODEL_PATH=$MODEL_DIR" "TRL_PYTHONPATH=$TRL_SITE")
+  if [[ "$steps" != - ]]; then cmd+=("STEPS=$steps"); fi
+  local items=()
+  if [[ "$what" == ours ]]; then
+    read -r -a items <<< "$SPEED_ENV"
+    cmd+=(${items[@]+"${items[@]}"})
+  fi
+  cmd+=(bash bench/train_speed.sh "$load" "$what")
+  if [[ "$what" == ours ]]; then
+    read -r -d '' -a items <<< "$SPEED_ARGS" || true
+    cmd+=(${items[@]+"${items[@]}"})
+  fi
+  printf '%q ' "${cmd[@]}"
+}
+
+step_run() {
+  local dry_run=0 line
+  [[ "${1:-}" == --dry-run ]] && dry_run=1
+  if (( dry_run )); then
+    for line in "${PLAN[@]}"; do command_of "$line"; printf '\n'; done
+    return 0
+  fi
+  mkdir -p "$SPEED_DIR"
+  echo "settings under test: SPEED_ENV='$SPEED_ENV' SPEED_ARGS='${SPEED_ARGS//$'\n'/ }'" >> "$SPEED_DIR/session.txt"
+  for line in "${PLAN[@]}"; do
+    local started=$SECONDS status=ok
+    echo "=== $line ==="
+    bash -c "$(command_of "$line")" || status="FAILED (exit $?)"
+    echo "$(date '+%F %T') $line: $status, $(( SECONDS - started )) s" | tee -a "$SPEED_DIR/session.txt"
+  done
+}
+
+step_detach() {
+  local other_pid other_dir
+  if host_job_running; then
+    echo "detach: a detached job is already running on this host (pid $other_pid, dir $other_dir)" >&2
+    exit 2
+  fi
+  mkdir -p "$SPEED_DIR"
+  copy_checkout "$SPEED_DIR/code"
+  setsid bash "$SPEED_DIR/code/bench/speed_session.sh" run > "$SPEED_DIR/detached.log" 2>&1 < /dev/null &
+  echo $! > "$SPEED_DIR/detached.pid"
+  echo "$! $SPEED_DIR" > "$DETACH_LOCK"
+  echo "detach: running as pid $! (process group), log $SPEED_DIR/detached.log"
+}
+
+step_wait() {
+  local seconds="${1:?usage: bench/speed_session.sh wait SECONDS}" waited=0
+  [[ -f "$SPEED_DIR/detached.pid" ]] || { echo "wait: nothing was detached in $SPEED_DIR" >&2; exit 2; }
+  wait_while_alive "$SPEED_DIR/detached.pid" "$seconds"
+  if alive "$SPEED_DIR/detached.pid"; then echo "wait: still running after ${waited} s"; else echo "wait: ended"; fi
+  cat "$SPEED_DIR/session.txt" 2>/dev/null || true
+  tail -n "${TAIL_LINES:-5}" "$SPEED_DIR/detached.log"
+}
+
+step_stop() {
+  alive "$SPEED_DIR/detached.pid" || { echo "stop: no detached job running in $SPEED_DIR"; return 0; }
+  local pid
+  pid="$(cat "$SPEED_DIR/detached.pid")"
+  kill -TERM -- "-$pid" 2>/dev/null || true
+  sleep 5
+  kill -KILL -- "-$pid" 2>/dev/null || true
+  echo "stop: ended process group $pid"
+}
+
+# Everything the session wrote except checkpoints, weights, parquet and the code copy, plus the GPU's name.
+step_pack() {
+  mkdir -p "$OUT"
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$SPEED_DIR/gpu.txt" 2>&1 || true
+  tar czf "$OUT/speed.tgz" -C "$SPEED_DIR" --exclude='*.safetensors' --exclude='*.pt' --exclude='*.parquet' \
+    --exclude=checkpoints --exclude=trl_work --exclude=code .
+  ls -la "$OUT/speed.tgz"
+}
+
+case "${1:-}" in
+  install) bash bench/gpu_smoke.sh install && MODEL_DIR="$MODEL_DIR" bash bench/gpu_smoke.sh model ;;
+  run) shift; step_run "$@" ;;
+  detach) step_detach ;;
+  wait) shift; step_wait "$@" ;;
+  stop) step_stop ;;
+  pack) step_pack ;;
+  *) echo "usage: bench/speed_session.sh install | run [--dry-run] | detach | wait SECONDS | stop | pack" >&2
+     exit 2 ;;
+esac

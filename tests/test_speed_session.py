@@ -1,0 +1,81 @@
+"""bench/speed_session.sh: the plan runs the ceiling, ours and TRL per load; our runs with the settings under test
+compose against verl 0.9.1's schema and pass the pre-flight; the compile-cache switch reaches verl's workers."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+from pathlib import Path
+
+from verl_ext.launch.preflight import check_ppo, compose
+
+from test_train_scripts import dry_run, overrides_of
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPT = REPO / "bench" / "speed_session.sh"
+
+
+def session(*args: str, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", str(SCRIPT), *args], capture_output=True, text=True,
+                          env={**os.environ, **env}, cwd=REPO)
+
+
+def plan(**env: str) -> list[list[str]]:
+    done = session("run", "--dry-run", **env)
+    assert done.returncode == 0, done.stderr
+    return [shlex.split(line) for line in done.stdout.splitlines()]
+
+
+def split_command(argv: list[str]) -> tuple[dict[str, str], list[str], list[str]]:
+    """(environment, [load, what], the rest) of `env K=V ... bash bench/train_speed.sh LOAD WHAT ARGS`."""
+    index = argv.index("bash")
+    env = dict(item.split("=", 1) for item in argv[1:index])
+    assert argv[index + 1] == "bench/train_speed.sh"
+    return env, argv[index + 2:index + 4], argv[index + 4:]
+
+
+def test_plan_measures_each_load_side_by_side():
+    steps = [split_command(argv) for argv in plan(SPEED_DIR="/tmp/s", MODEL_DIR="/m")]
+    assert [what for _, what, _ in steps] == [
+        ["realistic", "vllm"], ["realistic", "ours"], ["realistic", "trl"], ["realistic", "compare"],
+        ["smoke", "ours"], ["smoke", "trl"], ["smoke", "vllm"], ["smoke", "compare"]]
+    assert all(env["OUT"] == "/tmp/s" and env["MODEL_PATH"] == "/m" for env, _, _ in steps)
+    assert [env.get("STEPS") for env, _, _ in steps] == [None, "6", "3", None, "8", "5", None, None]
+    assert all(not rest for _, (_, what), rest in steps if what != "ours")  # only our runs get the settings
+
+
+def test_candidate_settings_compose_and_pass_preflight():
+    env, _, args = split_command(plan()[1])
+    knobs = {k: v for k, v in env.items() if k not in ("OUT", "MODEL_PATH", "TRL_PYTHONPATH", "STEPS")}
+    assert knobs == {"ROLLOUT_POLL_INTERVAL": "0.1", "VLLM_DISABLE_COMPILE_CACHE": "0"}
+    cfg = compose("ppo_trainer", overrides_of(dry_run("openspiel-ppo.sh", *args, RUN_PROFILE="smoke", **knobs)))
+    assert check_ppo(cfg, check_imports=False) == []
+    assert cfg.trainer.v1.sampler.sampler_kwargs.poll_interval == 0.1
+    assert cfg.actor_rollout_ref.rollout.max_num_seqs == 1024
+    assert cfg.transfer_queue.backend.SimpleStorage.num_data_storage_units == 2
+    assert cfg.reward.num_workers == 4 and cfg.ray_kwargs.ray_init.include_dashboard is False
+
+
+def test_other_settings_replace_the_candidate():
+    env, _, args = split_command(plan(SPEED_ENV="ENFORCE_EAGER=True", SPEED_ARGS="reward.num_workers=2")[1])
+    assert env["ENFORCE_EAGER"] == "True" and "ROLLOUT_POLL_INTERVAL" not in env
+    assert args == ["reward.num_workers=2"]
+
+
+def test_compile_cache_setting_reaches_verls_workers(monkeypatch):
+    # verl sets VLLM_DISABLE_COMPILE_CACHE=1 in the workers' runtime env unless the launching shell has it
+    from verl.trainer.constants_ppo import get_ppo_ray_runtime_env
+
+    monkeypatch.delenv("VLLM_DISABLE_COMPILE_CACHE", raising=False)
+    assert get_ppo_ray_runtime_env()["env_vars"]["VLLM_DISABLE_COMPILE_CACHE"] == "1"
+    monkeypatch.setenv("VLLM_DISABLE_COMPILE_CACHE", "0")
+    assert "VLLM_DISABLE_COMPILE_CACHE" not in get_ppo_ray_runtime_env()["env_vars"]  # workers inherit the 0
+
+
+def test_wait_and_stop_without_a_job_say_so(tmp_path):
+    waited = session("wait", "1", SPEED_DIR=str(tmp_path))
+    assert waited.returncode == 2 and f"nothing was detached in {tmp_path}" in waited.stderr
+    stopped = session("stop", SPEED_DIR=str(tmp_path))
+    assert stopped.returncode == 0 and "no detached job running" in stopped.stdout
+    assert session("bogus").returncode == 2
