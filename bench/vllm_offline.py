@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import statistics
 import time
@@ -203,6 +204,9 @@ def run(args: argparse.Namespace, vllm: Any = None, clock: Callable[[], float] =
     if vllm is None:
         import vllm  # GPU machine only; everything above runs without it
     imported = clock()
+    # verl's token builder (above) may have initialised CUDA in this process, and a forked engine core then
+    # fails ("Cannot re-initialize CUDA in forked subprocess", H100 2026-11-23): start it the way verl does
+    os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
     llm = vllm.LLM(**engine_kwargs(args))
     ready = clock()
     sampling = vllm.SamplingParams(**sampling_kwargs(args))

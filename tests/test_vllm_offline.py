@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import types
 from pathlib import Path
@@ -97,6 +98,7 @@ class FakeLLM:
 
     def __init__(self, **kwargs) -> None:
         self.kwargs, self.calls = kwargs, []
+        self.start_method = os.environ.get("VLLM_WORKER_MULTIPROC_METHOD")
         FakeLLM.instances.append(self)
 
     def generate(self, prompts, sampling, use_tqdm=True):
@@ -116,14 +118,16 @@ CLOCK = types.SimpleNamespace(now=100.0)
 
 
 @pytest.mark.parametrize("fanout", ["n", "requests"])
-def test_run_times_the_generate_calls_and_reports_the_steady_state(workload, tmp_path, fanout):
+def test_run_times_the_generate_calls_and_reports_the_steady_state(workload, tmp_path, fanout, monkeypatch):
     model, data, _ = workload
+    monkeypatch.delenv("VLLM_WORKER_MULTIPROC_METHOD", raising=False)
     args = args_for(model, data, tmp_path / "o.json", "--prompts", "4", "--samples", "3", "--max-tokens", "7",
                     "--fanout", fanout, "--max-num-seqs", "256")
     fake = types.SimpleNamespace(LLM=FakeLLM, SamplingParams=FakeSamplingParams, __version__="0.24.0-fake")
     result = vllm_offline.run(args, vllm=fake, clock=lambda: CLOCK.now)
     llm = FakeLLM.instances[-1]
     assert llm.kwargs["max_num_seqs"] == 256 and llm.kwargs["model"] == str(model)
+    assert llm.start_method == "spawn"  # the engine core must not be forked after CUDA was initialised
     prompts, sampling = llm.calls[0]
     assert len(llm.calls) == 3 and len(prompts) == (4 if fanout == "n" else 12)
     assert sampling.n == (3 if fanout == "n" else 1) and sampling.max_tokens == 7
