@@ -15,17 +15,16 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # shellcheck source=lent_gpu_env.sh
 source bench/lent_gpu_env.sh
 : "${OUT:=outputs/speed_session}" "${SPEED_DIR:=/tmp/speed}" "${MODEL_DIR:=/tmp/qwen2.5-0.5b-random}"
-: "${TRL_SITE:=/tmp/site-trl}" "${REALISTIC_STEPS:=6}" "${SMOKE_STEPS:=8}"
+: "${TRL_SITE:=/tmp/site-trl}" "${REALISTIC_STEPS:=5}" "${SMOKE_STEPS:=8}"
 : "${TRL_REALISTIC_STEPS:=3}" "${TRL_SMOKE_STEPS:=5}"
-# Rollout: poll for finished groups every 0.1 s instead of verl's fixed 2 s; vLLM's own offline scheduling
-# limits instead of verl's 256 sequences / 8192 tokens. Start-up: vLLM's torch.compile cache kept (verl turns it
-# off; torch >= 2.10 writes it atomically), 2 TransferQueue storage actors instead of 8, 4 reward workers
-# instead of 8, no Ray dashboard.
-CANDIDATE_ENV="ROLLOUT_POLL_INTERVAL=0.1 VLLM_DISABLE_COMPILE_CACHE=0"
-CANDIDATE_ARGS="actor_rollout_ref.rollout.max_num_seqs=1024 actor_rollout_ref.rollout.max_num_batched_tokens=16384
-transfer_queue.backend.SimpleStorage.num_data_storage_units=2 reward.num_workers=4
-+ray_kwargs.ray_init.include_dashboard=False"
-: "${SPEED_ENV:=$CANDIDATE_ENV}" "${SPEED_ARGS:=$CANDIDATE_ARGS}"
+# Measured on the H100 on 2026-11-23 (docs/runs/2026-11-23-h100-speed/; docs/speed.md): polling every 0.1 s
+# (now the default), vLLM's offline scheduling limits, 2 TransferQueue storage actors, 4 reward workers, no Ray
+# dashboard and vLLM's compile cache. Generation stayed at 1.75x the offline ceiling, and the server verl
+# starts serves the LoRA adapter (--enable-lora) where the ceiling runs plain weights. Under test next: the
+# adapter merged into the weights sent to vLLM, and the pre-flight inside verl's process (start-up).
+CANDIDATE_ENV="ROLLOUT_LORA_MERGE=1 PREFLIGHT_IN_PROCESS=1"
+CANDIDATE_ARGS=""
+: "${SPEED_ENV=$CANDIDATE_ENV}" "${SPEED_ARGS=$CANDIDATE_ARGS}"
 
 # One bench/train_speed.sh call per line: `LOAD WHAT STEPS` (STEPS "-" where the step count does not apply).
 PLAN=(

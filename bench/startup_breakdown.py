@@ -46,8 +46,10 @@ class Milestone:
 MILESTONES: tuple[Milestone, ...] = (
     Milestone("launch", "train script started", re.escape("[verl-ext] launch: train script started"),
               "verl_ext/launch/logtee.py (LAUNCH_MARK)"),
-    Milestone("preflight", "pre-flight done, verl's command started", re.escape("[verl-ext] launch: pre-flight done"),
-              "verl_ext/launch/logtee.py (PREFLIGHT_MARK)"),
+    Milestone("command", "checks done, run command started", re.escape("[verl-ext] launch: command started"),
+              "verl_ext/launch/logtee.py (COMMAND_MARK)"),
+    Milestone("preflight", "pre-flight done inside verl's process (PREFLIGHT_IN_PROCESS=1)",
+              re.escape("[verl-ext] launch: pre-flight done in process"), "verl_ext/launch/ppo_main.py (PREFLIGHT_DONE)"),
     Milestone("ray_init", "verl imported, config validated (ray.init next)", r"^ray init kwargs: ",
               "verl trainer/main_ppo.py:73"),
     Milestone("ray", "Ray started", r"Started a local Ray instance\.|Connected to Ray cluster\.",

@@ -146,9 +146,16 @@ def test_preflight_refuses_what_verl_keeps_from_custom_samplers():
 def test_the_knob_composes_into_verls_config_and_passes_preflight():
     from test_train_scripts import dry_run, overrides_of
 
-    cfg = compose("ppo_trainer", overrides_of(dry_run("openspiel-ppo.sh", RUN_PROFILE="smoke",
-                                                      ROLLOUT_POLL_INTERVAL="0.1")))
-    assert ours.uses_poll_sampler(cfg) and cfg.trainer.v1.sampler.sampler_kwargs.poll_interval == 0.1
-    assert check_ppo(cfg, check_imports=False) == []
     default = compose("ppo_trainer", overrides_of(dry_run("openspiel-ppo.sh", RUN_PROFILE="smoke")))
-    assert not ours.uses_poll_sampler(default) and dict(default.trainer.v1.sampler.sampler_kwargs) == {}
+    assert ours.uses_poll_sampler(default) and default.trainer.v1.sampler.sampler_kwargs.poll_interval == 0.1
+    assert check_ppo(default, check_imports=False) == []
+    slower = compose("ppo_trainer", overrides_of(dry_run("openspiel-ppo.sh", RUN_PROFILE="smoke",
+                                                         ROLLOUT_POLL_INTERVAL="0.5")))
+    assert slower.trainer.v1.sampler.sampler_kwargs.poll_interval == 0.5
+    for off in ("off", ""):  # verl's built-in sampler (2 s), e.g. for DAPO group filtering
+        builtin = compose("ppo_trainer", overrides_of(dry_run("openspiel-ppo.sh", RUN_PROFILE="smoke",
+                                                              ROLLOUT_POLL_INTERVAL=off)))
+        assert not ours.uses_poll_sampler(builtin) and dict(builtin.trainer.v1.sampler.sampler_kwargs) == {}
+    dapo = compose("ppo_trainer", overrides_of(dry_run("openspiel-ppo.sh", "algorithm.filter_groups.enable=True",
+                                                       RUN_PROFILE="smoke")))
+    assert any("set ROLLOUT_POLL_INTERVAL=off" in p for p in check_ppo(dapo, check_imports=False))

@@ -46,9 +46,11 @@ def test_every_setting_composes_and_passes_preflight():
         cfg = compose("ppo_trainer", overrides_of(dry_run("openspiel-ppo.sh", *extra, RUN_PROFILE="smoke", **env)))
         assert check_ppo(cfg, check_imports=False) == [], setting.name
         configs[setting.name] = cfg
-    rollout = configs["candidate"].actor_rollout_ref.rollout
+    rollout = configs["measured_1123"].actor_rollout_ref.rollout
     assert rollout.max_num_seqs == 1024 and rollout.max_num_batched_tokens == 16384
-    assert configs["candidate"].trainer.v1.sampler.sampler_kwargs.poll_interval == 0.1
+    assert configs["baseline"].trainer.v1.sampler.sampler_kwargs.poll_interval == 0.1  # the default
+    assert dict(configs["poll_off"].trainer.v1.sampler.sampler_kwargs) == {}  # verl's built-in sampler
+    assert configs["lora_merge"].actor_rollout_ref.model.lora.merge is True
     assert configs["baseline"].actor_rollout_ref.rollout.max_num_seqs == 256  # verl's rollout.yaml default
     assert configs["keep_cache"].actor_rollout_ref.rollout.free_cache_engine is False
     assert configs["reward_workers14"].reward.num_workers == 14
@@ -63,8 +65,8 @@ def test_sweep_names_what_is_wrong(tmp_path):
     assert done.returncode == 2 and f"{bad}:3: expected 'name | ours|vllm" in done.stderr
     bad.write_text("env | ours | lowercase=1 | -\n")
     assert "environment item 'lowercase=1' is not NAME=value" in sweep_dry_run(SETTINGS=str(bad)).stderr
-    picked = sweep_dry_run("poll", "vllm").stdout.splitlines()
-    assert len(picked) == 3 and "ROLLOUT_POLL_INTERVAL=0.1" in picked[0] and picked[1].endswith("realistic vllm ")
+    picked = sweep_dry_run("poll_off", "vllm").stdout.splitlines()
+    assert len(picked) == 3 and "ROLLOUT_POLL_INTERVAL=off" in picked[0] and picked[1].endswith("realistic vllm ")
 
 
 def test_table_reads_each_settings_results(tmp_path):

@@ -41,20 +41,33 @@ def test_plan_measures_each_load_side_by_side():
         ["realistic", "vllm"], ["realistic", "ours"], ["realistic", "trl"], ["realistic", "compare"],
         ["smoke", "ours"], ["smoke", "trl"], ["smoke", "vllm"], ["smoke", "compare"]]
     assert all(env["OUT"] == "/tmp/s" and env["MODEL_PATH"] == "/m" for env, _, _ in steps)
-    assert [env.get("STEPS") for env, _, _ in steps] == [None, "6", "3", None, "8", "5", None, None]
+    assert [env.get("STEPS") for env, _, _ in steps] == [None, "5", "3", None, "8", "5", None, None]
     assert all(not rest for _, (_, what), rest in steps if what != "ours")  # only our runs get the settings
 
 
 def test_candidate_settings_compose_and_pass_preflight():
     env, _, args = split_command(plan()[1])
     knobs = {k: v for k, v in env.items() if k not in ("OUT", "MODEL_PATH", "TRL_PYTHONPATH", "STEPS")}
-    assert knobs == {"ROLLOUT_POLL_INTERVAL": "0.1", "VLLM_DISABLE_COMPILE_CACHE": "0"}
-    cfg = compose("ppo_trainer", overrides_of(dry_run("openspiel-ppo.sh", *args, RUN_PROFILE="smoke", **knobs)))
+    assert knobs == {"ROLLOUT_LORA_MERGE": "1", "PREFLIGHT_IN_PROCESS": "1"} and args == []
+    argv = dry_run("openspiel-ppo.sh", RUN_PROFILE="smoke", **knobs)
+    assert argv[1:3] == ["-m", "verl_ext.launch.ppo_main"]
+    cfg = compose("ppo_trainer", argv[3:])
     assert check_ppo(cfg, check_imports=False) == []
-    assert cfg.trainer.v1.sampler.sampler_kwargs.poll_interval == 0.1
-    assert cfg.actor_rollout_ref.rollout.max_num_seqs == 1024
+    assert cfg.actor_rollout_ref.model.lora.merge is True
+    assert cfg.trainer.v1.sampler.sampler_kwargs.poll_interval == 0.1  # the default since this session
+
+
+def test_first_session_settings_still_compose():
+    first = ("actor_rollout_ref.rollout.max_num_seqs=1024 actor_rollout_ref.rollout.max_num_batched_tokens=16384 "
+             "transfer_queue.backend.SimpleStorage.num_data_storage_units=2 reward.num_workers=4 "
+             "+ray_kwargs.ray_init.include_dashboard=False")
+    env, _, args = split_command(plan(SPEED_ENV="VLLM_DISABLE_COMPILE_CACHE=0", SPEED_ARGS=first)[1])
+    cfg = compose("ppo_trainer", overrides_of(dry_run("openspiel-ppo.sh", *args, RUN_PROFILE="smoke",
+                                                      VLLM_DISABLE_COMPILE_CACHE="0")))
+    assert check_ppo(cfg, check_imports=False) == []
     assert cfg.transfer_queue.backend.SimpleStorage.num_data_storage_units == 2
     assert cfg.reward.num_workers == 4 and cfg.ray_kwargs.ray_init.include_dashboard is False
+    assert cfg.actor_rollout_ref.rollout.max_num_seqs == 1024
 
 
 def test_other_settings_replace_the_candidate():

@@ -26,7 +26,8 @@ ENGINE = SERVER + "(EngineCore pid=1600) "
 # (stamp the log file would carry, line as the console shows it)
 SYNTHETIC = [
     ("2026-11-23 11:29:16.000", "[verl-ext] launch: train script started"),
-    ("2026-11-23 11:29:22.400", "[verl-ext] launch: pre-flight done, verl starting"),
+    ("2026-11-23 11:29:17.000", "[verl-ext] launch: command started"),
+    ("2026-11-23 11:29:22.400", "[verl-ext] launch: pre-flight done in process, starting verl"),
     ("2026-11-23 11:29:30.100", "ray init kwargs: {'num_cpus': None, 'runtime_env': {'env_vars': {}}}"),
     ("2026-11-23 11:29:35.200", "2026-11-23 11:29:35,101\tINFO worker.py:2038 -- Started a local Ray instance."),
     ("2026-11-23 11:29:45.000", TASK + "{'actor_rollout_ref': {'actor': {'_target_': 'verl.workers.config.FSDPActorConfig',"),
@@ -77,6 +78,7 @@ def test_every_milestone_is_timed_from_the_exact_messages():
     assert result["origin"] == "2026-11-23 11:29:16" and result["missing"] == []
     assert [r["key"] for r in result["milestones"]] == [m.key for m in startup.MILESTONES]
     assert rows["ray"]["since_launch_s"] == pytest.approx(19.101)  # Ray's own time, not the log stamp
+    assert rows["command"]["since_launch_s"] == pytest.approx(1.0)
     assert rows["preflight"]["since_launch_s"] == pytest.approx(6.4)
     assert rows["ray_init"]["after_previous_s"] == pytest.approx(7.7)
     assert rows["transfer_queue"]["after_previous_s"] == pytest.approx(10.0)  # after the TaskRunner's config print
@@ -126,7 +128,7 @@ def test_stamper_keeps_the_console_and_stamps_every_line_of_the_file():
     tee = logtee.StampedTee(console, log, clock=lambda: next(clock))
     tee.header(1795433350.0)
     preflight_done = log.getvalue().decode().split("\n")[1]
-    assert preflight_done == logtee.stamp(1795433351.0).decode() + logtee.PREFLIGHT_MARK
+    assert preflight_done == logtee.stamp(1795433351.0).decode() + logtee.COMMAND_MARK
     log.seek(0)
     log.truncate()
     log.write(logtee.stamp(1795433350.0) + logtee.LAUNCH_MARK.encode() + b"\n")
@@ -147,7 +149,7 @@ def test_stamper_keeps_the_console_and_stamps_every_line_of_the_file():
 
 def test_stamper_as_the_train_scripts_run_it_feeds_the_breakdown(tmp_path):
     log = tmp_path / "run.log"
-    text = "".join(t + "\n" for _, t in SYNTHETIC[2:])  # the tee writes the launch and pre-flight lines itself
+    text = "".join(t + "\n" for _, t in SYNTHETIC[2:])  # the tee writes the launch and command lines itself
     done = subprocess.run([sys.executable, "-u", str(REPO / "verl_ext" / "launch" / "logtee.py"), "--started",
                            "1795433356.5", str(log)], input=text.encode(), capture_output=True, check=True)
     assert done.stdout.decode() == text
@@ -157,7 +159,7 @@ def test_stamper_as_the_train_scripts_run_it_feeds_the_breakdown(tmp_path):
     assert result["origin_from"] == "the train script's start (logtee launch line)"
     rows = by_key(result)
     assert rows["step1_end"]["time_from"] == "log stamp" and "step1_start" in rows
-    assert rows["preflight"]["time_from"] == "log stamp"
+    assert rows["command"]["time_from"] == rows["preflight"]["time_from"] == "log stamp"
     assert out.with_suffix(".md").read_text().startswith("Time 0: ")
     assert read_console_log(log)[1]["timing_s/step"] == 12.5  # verl-ext plot/summaries still read stamped logs
 

@@ -30,8 +30,10 @@ def dry_run(script: str, *overrides: str, **env: str) -> list[str]:
 
 
 def overrides_of(argv: list[str]) -> list[str]:
-    """The Hydra overrides after `-m verl.trainer.<module>` (sft.sh has `-m torch.distributed.run` before it)."""
-    index = next(i for i, arg in enumerate(argv[:-1]) if arg == "-m" and argv[i + 1].startswith("verl.trainer."))
+    """The Hydra overrides after `-m verl.trainer.<module>` (sft.sh has `-m torch.distributed.run` before it) or
+    after `-m verl_ext.launch.ppo_main` (PREFLIGHT_IN_PROCESS=1)."""
+    index = next(i for i, arg in enumerate(argv[:-1])
+                 if arg == "-m" and (argv[i + 1].startswith("verl.trainer.") or argv[i + 1] == "verl_ext.launch.ppo_main"))
     return argv[index + 2:]
 
 
@@ -217,6 +219,8 @@ SWITCHES = [
     ("2 GPUs, rollout TP 2, full", {"N_GPUS_PER_NODE": "2", "TENSOR_PARALLEL_SIZE": "2"}, "full"),
     ("2 nodes x 8 GPUs, SGLang TP 2", {"NNODES": "2", "N_GPUS_PER_NODE": "8", "TENSOR_PARALLEL_SIZE": "2",
                                        "ROLLOUT_BACKEND": "sglang"}, "full"),
+    ("LoRA merged for the rollout", {"ROLLOUT_LORA_MERGE": "1"}, "smoke"),
+    ("LoRA merged for the rollout, SGLang", {"ROLLOUT_LORA_MERGE": "1", "ROLLOUT_BACKEND": "sglang"}, "smoke"),
 ]  # fmt: skip
 
 
@@ -244,6 +248,8 @@ def test_documented_switches_compose_and_pass_verl_validation(label, env, profil
     assert rollout.n_gpus_per_node == cfg.trainer.n_gpus_per_node
     assert gpus % tp == 0, "verl/workers/rollout/replica.py: one replica per TP group"
     assert arr.rollout.load_format == "safetensors" and arr.rollout.mode == "async"
+    # verl sends merged weights (no adapter) to the rollout engine only when asked
+    assert arr.model.lora.merge is (env.get("ROLLOUT_LORA_MERGE") == "1")
 
 
 def test_verl_rollouts_list_matches_verls_registry():
@@ -295,3 +301,11 @@ def test_switch_values_are_checked(variable, value, choices):
     result = subprocess.run(["bash", str(REPO / "train/scripts/openspiel-ppo.sh"), "--dry-run"], capture_output=True,
                             text=True, env={**os.environ, variable: value})  # fmt: skip
     assert result.returncode == 2 and f"{variable} must be one of: {choices}; got '{value}'" in result.stderr
+
+
+def test_lora_merge_switch_is_checked_and_ignored_without_lora():
+    assert "actor_rollout_ref.model.lora.merge=True" not in dry_run("openspiel-ppo.sh", ROLLOUT_LORA_MERGE="1",
+                                                                    ENABLE_LORA="0", RUN_PROFILE="smoke")
+    result = subprocess.run(["bash", str(REPO / "train/scripts/openspiel-ppo.sh"), "--dry-run"], capture_output=True,
+                            text=True, env={**os.environ, "ROLLOUT_LORA_MERGE": "yes"})
+    assert result.returncode == 2 and "ROLLOUT_LORA_MERGE must be one of: 0 1; got 'yes'" in result.stderr

@@ -1,4 +1,4 @@
-"""verl 0.9.1's v1 replay buffer with a configurable poll interval (opt-in: ``ROLLOUT_POLL_INTERVAL``).
+"""verl 0.9.1's v1 replay buffer with a configurable poll interval (``ROLLOUT_POLL_INTERVAL``, default 0.1 s).
 
 Why: verl's v1 trainer times the rollout as ``timing_s/gen`` around ``ReplayBuffer.sample``
 (verl/trainer/ppo/v1/trainer_base.py:565-575), which checks TransferQueue for finished prompt groups and,
@@ -88,8 +88,8 @@ def sampler_problems(cfg: Any) -> list[str]:
     filter_groups = cfg.algorithm.get("filter_groups") or {}
     if filter_groups.get("enable", False):
         problems.append(f"algorithm.filter_groups.enable=True: verl gives DAPO group filtering to its built-in "
-                        f"sampler only, not to a custom one ({SAMPLER_NAME}); unset ROLLOUT_POLL_INTERVAL")
+                        f"sampler only, not to a custom one ({SAMPLER_NAME}); set ROLLOUT_POLL_INTERVAL=off")
     if cfg.trainer.v1.sampler.get("sync_refill_failed_groups", False):
         problems.append(f"trainer.v1.sampler.sync_refill_failed_groups=True: verl gives it to its built-in "
-                        f"sampler only, not to a custom one ({SAMPLER_NAME}); unset ROLLOUT_POLL_INTERVAL")
+                        f"sampler only, not to a custom one ({SAMPLER_NAME}); set ROLLOUT_POLL_INTERVAL=off")
     return problems

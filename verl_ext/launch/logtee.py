@@ -5,8 +5,8 @@ prefixed with the local wall-clock time it arrived (``2026-11-23 11:29:16.123 | 
 
 verl prints its config, validation metrics and ``step:N`` lines without a time, and vLLM stamps only to the
 second without a year; the stamps let ``bench/startup_breakdown.py`` time every start-up milestone. The first
-file line marks the train script's start (``--started``, epoch seconds), the second the end of its checks
-(the tee starts with verl's command). Output passes through in chunks as it
+file line marks the train script's start (``--started``, epoch seconds), the second the start of the run's command
+(the tee starts with it, after the script's checks). Output passes through in chunks as it
 arrives (progress bars with ``\\r`` included); Ctrl-C is left to the run, so its last lines are still logged.
 Run by path, not ``-m``, so it starts without importing verl_ext.
 """
@@ -22,8 +22,8 @@ from collections.abc import Callable, Sequence
 from typing import BinaryIO
 
 LAUNCH_MARK = "[verl-ext] launch: train script started"
-# The tee starts together with verl's command, i.e. when the script's checks (interpreter, pre-flight) are done
-PREFLIGHT_MARK = "[verl-ext] launch: pre-flight done, verl starting"
+# The tee starts together with the run's command, i.e. when the script's checks before it are done
+COMMAND_MARK = "[verl-ext] launch: command started"
 SEPARATOR = " | "
 _CHUNK = 65536
 
@@ -53,9 +53,9 @@ class StampedTee:
         self.at_line_start = True
 
     def header(self, started: float) -> None:
-        """The launch line at ``started`` and the pre-flight line now (the tee starts with verl's command)."""
+        """The launch line at ``started`` and the command line now (the tee starts with the run's command)."""
         self.log.write(stamp(started) + LAUNCH_MARK.encode() + b"\n")
-        self.log.write(stamp(self.clock()) + PREFLIGHT_MARK.encode() + b"\n")
+        self.log.write(stamp(self.clock()) + COMMAND_MARK.encode() + b"\n")
         self.log.flush()
 
     def write(self, chunk: bytes) -> None:

@@ -121,9 +121,15 @@ grpo_args() {
   : "${LOG_DIR:=$REPO_ROOT/logs}" "${LOGGERS:=[console,file,wandb]}"
   # verl's per-step dumps of prompts and responses (text; large on long runs): off unless set
   : "${ROLLOUT_DUMP_DIR:=}"
-  # Seconds between verl's looks for finished rollouts (verl's v1 replay buffer sleeps a fixed 2 s, so every
-  # rollout phase ends on a 2 s grid; docs/speed.md). Empty: verl's built-in sampler. Opt-in, to measure.
-  : "${ROLLOUT_POLL_INTERVAL:=}"
+  # Seconds between verl's looks for finished rollouts: verl's v1 replay buffer sleeps a fixed 2 s, so every
+  # rollout phase ended on a 2 s grid (H100: smoke generation 2.07 -> 0.80 s with 0.1; docs/speed.md).
+  # "off" (or empty): verl's built-in sampler, e.g. for DAPO group filtering.
+  : "${ROLLOUT_POLL_INTERVAL=0.1}"
+  [[ "$ROLLOUT_POLL_INTERVAL" == off ]] && ROLLOUT_POLL_INTERVAL=""
+  # LoRA: 1 merges the adapter into the weights sent to the rollout engine each step (verl's model.lora.merge),
+  # so vLLM/SGLang generate without LoRA kernels; 0 serves it as an adapter. To measure (docs/speed.md).
+  : "${ROLLOUT_LORA_MERGE:=0}"
+  require_choice ROLLOUT_LORA_MERGE "$ROLLOUT_LORA_MERGE" 0 1
   if [[ "$ENABLE_LORA" == "1" ]]; then
     : "${LR:=6e-5}"
     local lora_rank="$LORA_RANK"
@@ -198,6 +204,9 @@ grpo_args() {
   if [[ -n "$ROLLOUT_DUMP_DIR" ]]; then
     ARGS+=(trainer.rollout_data_dir="$ROLLOUT_DUMP_DIR")
   fi
+  if [[ "$ENABLE_LORA" == "1" && "$ROLLOUT_LORA_MERGE" == "1" ]]; then
+    ARGS+=(actor_rollout_ref.model.lora.merge=True)
+  fi
   if [[ -n "$LORA_ADAPTER_PATH" ]]; then
     ARGS+=(actor_rollout_ref.model.lora_adapter_path="$LORA_ADAPTER_PATH")
   fi
@@ -236,6 +245,14 @@ launch() {
   shift 2
   local launcher=("${LAUNCHER[@]}")
   require_choice LOG_TIMESTAMPS "${LOG_TIMESTAMPS:=1}" 1 0
+  # 1: the pre-flight runs inside verl's process (verl_ext.launch.ppo_main) instead of its own, so verl, torch
+  # and vLLM are imported once (the separate one took 24-34 s of the start-up on the H100). To measure.
+  require_choice PREFLIGHT_IN_PROCESS "${PREFLIGHT_IN_PROCESS:=0}" 1 0
+  local in_process=0
+  if [[ "$config_name" == ppo_trainer && "$module" == verl.trainer.main_ppo && "$PREFLIGHT_IN_PROCESS" == 1 ]]; then
+    in_process=1
+    module=verl_ext.launch.ppo_main
+  fi
   if (( ${#launcher[@]} == 0 )); then launcher=("$PYTHON"); fi
   local cmd=("${launcher[@]}" -m "$module" "$@")
   if [[ "$DRY_RUN" == "1" ]]; then
@@ -249,7 +266,7 @@ launch() {
   else
     require_python vllm verl verl_ext torch
   fi
-  "$PYTHON" -m verl_ext.launch.preflight --config-name "$config_name" -- "$@"
+  if (( ! in_process )); then "$PYTHON" -m verl_ext.launch.preflight --config-name "$config_name" -- "$@"; fi
   mkdir -p "$LOG_DIR"
   local stamp run
   stamp="$(date +%Y%m%d-%H%M%S)"
