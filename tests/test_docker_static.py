@@ -286,6 +286,13 @@ ALLOWED = {
     "SETTINGS": "bench/rollout_sweep.sh: the settings file of the sweep (a bench setting, not a training one)",
     "DETACH_LOCK": "bench/gpu_learning.sh: the host-wide file that allows one detached job per lent machine",
     "TAIL_LINES": "bench/gpu_learning.sh wait-detached: how many log lines to print (a bench setting)",
+    "SPEED_ENV": "bench/speed_session.sh: train-script variables under test (a bench setting)",
+    "SPEED_ARGS": "bench/speed_session.sh: Hydra overrides under test (a bench setting)",
+    "SPEED_DIR": "bench/speed_session.sh: results folder on the lent machine (a bench setting)",
+    "REALISTIC_STEPS": "bench/speed_session.sh: our steps at the realistic load (a bench setting)",
+    "SMOKE_STEPS": "bench/speed_session.sh: our steps at the smoke load (a bench setting)",
+    "TRL_REALISTIC_STEPS": "bench/speed_session.sh: TRL's steps at the realistic load (a bench setting)",
+    "TRL_SMOKE_STEPS": "bench/speed_session.sh: TRL's steps at the smoke load (a bench setting)",
 }
 ALLOWED_PREFIXES = {
     "SLURM_": "set by Slurm inside a job",

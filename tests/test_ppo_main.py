@@ -27,20 +27,37 @@ def overrides(**env: str) -> list[str]:
     return overrides_of(dry_run("openspiel-ppo.sh", RUN_PROFILE="smoke", **env))
 
 
-def test_checks_pass_then_verls_hydra_main_gets_the_same_overrides(no_gpu_import_check, monkeypatch, capsys):
-    import verl.trainer.main_ppo as verl_main_ppo
+# Run in a child interpreter: verl's Hydra entry point reconfigures logging for the whole process, which would
+# leave handlers on pytest's captured streams for every later test.
+HAND_OFF = """
+import json, sys
+import verl.trainer.main_ppo as verl_main_ppo
+from verl_ext.launch import ppo_main, preflight
+real = preflight.check_ppo
+preflight.check_ppo = lambda cfg, check_imports=True: real(cfg, False)  # no vLLM on the CPU machine
+started = []
+verl_main_ppo.run_ppo = lambda config, task_runner_class: started.append(config)
+status = ppo_main.main(json.loads(sys.argv[1]))
+config = started[0]
+print("HANDED", json.dumps([status, config.trainer.experiment_name, config.actor_rollout_ref.model.lora.merge,
+                            config.data.custom_cls.name]))
+"""
 
-    started = []
-    monkeypatch.setattr(verl_main_ppo, "run_ppo", lambda config, task_runner_class: started.append(config))
+
+def test_checks_pass_then_verls_hydra_main_gets_the_same_overrides():
+    import json
+    import sys
+
     # LoRA merged for the rollout: verl's validate_config then needs no vLLM for its LoRA-rank lookup
     args = [*overrides(ROLLOUT_LORA_MERGE="1"), "trainer.experiment_name=in-process"]
-    assert ppo_main.main(args) == 0
-    out = capsys.readouterr().out
+    done = subprocess.run([sys.executable, "-c", HAND_OFF, json.dumps(args)], capture_output=True, text=True,
+                          cwd=REPO)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = done.stdout
     assert out.index("pre-flight: ok") < out.index(ppo_main.PREFLIGHT_DONE)
     assert "All configuration checks passed" in out  # verl's own validate_config ran on the composed config
-    (config,) = started
-    assert config.trainer.experiment_name == "in-process" and config.actor_rollout_ref.model.lora.merge is True
-    assert config.data.custom_cls.name == "DynamicEnvDataset"
+    handed = json.loads(out.split("HANDED ", 1)[1])
+    assert handed == [0, "in-process", True, "DynamicEnvDataset"]
 
 
 def test_a_failing_check_stops_before_verl(no_gpu_import_check, capsys):
