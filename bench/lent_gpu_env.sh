@@ -40,3 +40,60 @@ alive() {
 wait_while_alive() {
   while alive "$1" && (( waited < $2 )); do sleep 5; waited=$((waited + 5)); done
 }
+
+# A session script (bench/speed_session.sh, bench/paths_session.sh) run as one detached job in DIR: its `run`
+# subcommand from a copy of the checkout, in its own process session (log DIR/detached.log).
+session_detach() {
+  local dir="$1" script="$2" other_pid other_dir
+  if host_job_running; then
+    echo "detach: a detached job is already running on this host (pid $other_pid, dir $other_dir)" >&2
+    exit 2
+  fi
+  mkdir -p "$dir"
+  copy_checkout "$dir/code"
+  setsid bash "$dir/code/$script" run > "$dir/detached.log" 2>&1 < /dev/null &
+  echo $! > "$dir/detached.pid"
+  echo "$! $dir" > "$DETACH_LOCK"
+  echo "detach: running as pid $! (process group), log $dir/detached.log"
+}
+
+# Run one step of a session's plan, recording its end, status and seconds in DIR/session.txt; a failing step
+# is recorded and the plan goes on: session_step DIR LABEL COMMAND
+session_step() {
+  local dir="$1" label="$2" command="$3" started=$SECONDS status=ok
+  echo "=== $label ==="
+  bash -c "$command" || status="FAILED (exit $?)"
+  echo "$(date '+%F %T') $label: $status, $(( SECONDS - started )) s" | tee -a "$dir/session.txt"
+}
+
+# Wait until DIR's detached job ends or SECONDS pass; then the plan's record and the log's end.
+session_wait() {
+  local dir="$1" seconds="$2" waited=0
+  [[ -f "$dir/detached.pid" ]] || { echo "wait: nothing was detached in $dir" >&2; exit 2; }
+  wait_while_alive "$dir/detached.pid" "$seconds"
+  if alive "$dir/detached.pid"; then echo "wait: still running after ${waited} s"; else echo "wait: ended"; fi
+  cat "$dir/session.txt" 2>/dev/null || true
+  tail -n "${TAIL_LINES:-5}" "$dir/detached.log"
+}
+
+# End DIR's detached job (its whole process group).
+session_stop() {
+  local dir="$1" pid
+  alive "$dir/detached.pid" || { echo "stop: no detached job running in $dir"; return 0; }
+  pid="$(cat "$dir/detached.pid")"
+  kill -TERM -- "-$pid" 2>/dev/null || true
+  sleep 5
+  kill -KILL -- "-$pid" 2>/dev/null || true
+  echo "stop: ended process group $pid"
+}
+
+# Everything DIR holds except checkpoints, weights, parquet, scratch and the code copy, plus the GPUs' names,
+# as one archive (the harness returns few files): session_pack DIR ARCHIVE
+session_pack() {
+  local dir="$1" archive="$2"
+  mkdir -p "$(dirname "$archive")"
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$dir/gpu.txt" 2>&1 || true
+  tar czf "$archive" -C "$dir" --exclude='*.safetensors' --exclude='*.pt' --exclude='*.parquet' \
+    --exclude=checkpoints --exclude=trl_work --exclude=code --exclude=merged .
+  ls -la "$archive"
+}

@@ -52,71 +52,23 @@ command_of() {
 }
 
 step_run() {
-  local dry_run=0 line
-  [[ "${1:-}" == --dry-run ]] && dry_run=1
-  if (( dry_run )); then
+  local line
+  if [[ "${1:-}" == --dry-run ]]; then
     for line in "${PLAN[@]}"; do command_of "$line"; printf '\n'; done
     return 0
   fi
   mkdir -p "$SPEED_DIR"
   echo "settings under test: SPEED_ENV='$SPEED_ENV' SPEED_ARGS='${SPEED_ARGS//$'\n'/ }'" >> "$SPEED_DIR/session.txt"
-  for line in "${PLAN[@]}"; do
-    local started=$SECONDS status=ok
-    echo "=== $line ==="
-    bash -c "$(command_of "$line")" || status="FAILED (exit $?)"
-    echo "$(date '+%F %T') $line: $status, $(( SECONDS - started )) s" | tee -a "$SPEED_DIR/session.txt"
-  done
-}
-
-step_detach() {
-  local other_pid other_dir
-  if host_job_running; then
-    echo "detach: a detached job is already running on this host (pid $other_pid, dir $other_dir)" >&2
-    exit 2
-  fi
-  mkdir -p "$SPEED_DIR"
-  copy_checkout "$SPEED_DIR/code"
-  setsid bash "$SPEED_DIR/code/bench/speed_session.sh" run > "$SPEED_DIR/detached.log" 2>&1 < /dev/null &
-  echo $! > "$SPEED_DIR/detached.pid"
-  echo "$! $SPEED_DIR" > "$DETACH_LOCK"
-  echo "detach: running as pid $! (process group), log $SPEED_DIR/detached.log"
-}
-
-step_wait() {
-  local seconds="${1:?usage: bench/speed_session.sh wait SECONDS}" waited=0
-  [[ -f "$SPEED_DIR/detached.pid" ]] || { echo "wait: nothing was detached in $SPEED_DIR" >&2; exit 2; }
-  wait_while_alive "$SPEED_DIR/detached.pid" "$seconds"
-  if alive "$SPEED_DIR/detached.pid"; then echo "wait: still running after ${waited} s"; else echo "wait: ended"; fi
-  cat "$SPEED_DIR/session.txt" 2>/dev/null || true
-  tail -n "${TAIL_LINES:-5}" "$SPEED_DIR/detached.log"
-}
-
-step_stop() {
-  alive "$SPEED_DIR/detached.pid" || { echo "stop: no detached job running in $SPEED_DIR"; return 0; }
-  local pid
-  pid="$(cat "$SPEED_DIR/detached.pid")"
-  kill -TERM -- "-$pid" 2>/dev/null || true
-  sleep 5
-  kill -KILL -- "-$pid" 2>/dev/null || true
-  echo "stop: ended process group $pid"
-}
-
-# Everything the session wrote except checkpoints, weights, parquet and the code copy, plus the GPU's name.
-step_pack() {
-  mkdir -p "$OUT"
-  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$SPEED_DIR/gpu.txt" 2>&1 || true
-  tar czf "$OUT/speed.tgz" -C "$SPEED_DIR" --exclude='*.safetensors' --exclude='*.pt' --exclude='*.parquet' \
-    --exclude=checkpoints --exclude=trl_work --exclude=code .
-  ls -la "$OUT/speed.tgz"
+  for line in "${PLAN[@]}"; do session_step "$SPEED_DIR" "$line" "$(command_of "$line")"; done
 }
 
 case "${1:-}" in
   install) bash bench/gpu_smoke.sh install && MODEL_DIR="$MODEL_DIR" bash bench/gpu_smoke.sh model ;;
   run) shift; step_run "$@" ;;
-  detach) step_detach ;;
-  wait) shift; step_wait "$@" ;;
-  stop) step_stop ;;
-  pack) step_pack ;;
+  detach) session_detach "$SPEED_DIR" bench/speed_session.sh ;;
+  wait) session_wait "$SPEED_DIR" "${2:?usage: bench/speed_session.sh wait SECONDS}" ;;
+  stop) session_stop "$SPEED_DIR" ;;
+  pack) session_pack "$SPEED_DIR" "$OUT/speed.tgz" ;;
   *) echo "usage: bench/speed_session.sh install | run [--dry-run] | detach | wait SECONDS | stop | pack" >&2
      exit 2 ;;
 esac

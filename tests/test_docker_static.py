@@ -293,6 +293,8 @@ ALLOWED = {
     "SMOKE_STEPS": "bench/speed_session.sh: our steps at the smoke load (a bench setting)",
     "TRL_REALISTIC_STEPS": "bench/speed_session.sh: TRL's steps at the realistic load (a bench setting)",
     "TRL_SMOKE_STEPS": "bench/speed_session.sh: TRL's steps at the smoke load (a bench setting)",
+    "PATHS": "bench/paths_session.sh: which training paths the session runs (a bench setting)",
+    "PATHS_DIR": "bench/paths_session.sh: results folder on the lent machine (a bench setting)",
 }
 ALLOWED_PREFIXES = {
     "SLURM_": "set by Slurm inside a job",
