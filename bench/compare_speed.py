@@ -122,6 +122,14 @@ def _ratio(x: float | None, y: float | None) -> str:
     return f"{x / y:.2f}" if x is not None and y else ""
 
 
+def write_table(out: Path, text: str, rows: Any) -> None:
+    """Write a table (Markdown) to ``out``, its rows as JSON beside it (``.json``), and print the table."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text)
+    out.with_suffix(".json").write_text(json.dumps(rows, indent=2))
+    print(text, end="")
+
+
 def fmt(value: float | None, missing: str = "n/a") -> str:
     """A table cell: thousands without decimals, smaller numbers to 3 significant digits."""
     if value is None:

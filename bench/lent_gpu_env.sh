@@ -97,3 +97,20 @@ session_pack() {
     --exclude=checkpoints --exclude=trl_work --exclude=code --exclude=merged .
   ls -la "$archive"
 }
+
+# The subcommands every session script has; its own `step_run` runs the plan:
+#   session_main SCRIPT DIR ARCHIVE "$@"   (install | run [--dry-run] | detach | wait SECONDS | stop | pack)
+session_main() {
+  local script="$1" dir="$2" archive="$3"
+  shift 3
+  case "${1:-}" in
+    install) bash bench/gpu_smoke.sh install && MODEL_DIR="$MODEL_DIR" bash bench/gpu_smoke.sh model ;;
+    run) shift; step_run "$@" ;;
+    detach) session_detach "$dir" "$script" ;;
+    wait) session_wait "$dir" "${2:?usage: $script wait SECONDS}" ;;
+    stop) session_stop "$dir" ;;
+    pack) session_pack "$dir" "$archive" ;;
+    *) echo "usage: $script install | run [--dry-run] | detach | wait SECONDS | stop | pack" >&2
+       exit 2 ;;
+  esac
+}

@@ -70,13 +70,4 @@ step_run() {
   session_step "$PATHS_DIR" "table" "$(table_command)"
 }
 
-case "${1:-}" in
-  install) bash bench/gpu_smoke.sh install && MODEL_DIR="$MODEL_DIR" bash bench/gpu_smoke.sh model ;;
-  run) shift; step_run "$@" ;;
-  detach) session_detach "$PATHS_DIR" bench/paths_session.sh ;;
-  wait) session_wait "$PATHS_DIR" "${2:?usage: bench/paths_session.sh wait SECONDS}" ;;
-  stop) session_stop "$PATHS_DIR" ;;
-  pack) session_pack "$PATHS_DIR" "$OUT/paths.tgz" ;;
-  *) echo "usage: bench/paths_session.sh install | run [--dry-run] | detach | wait SECONDS | stop | pack" >&2
-     exit 2 ;;
-esac
+session_main bench/paths_session.sh "$PATHS_DIR" "$OUT/paths.tgz" "$@"

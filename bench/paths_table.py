@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from compare_speed import fmt, ours_columns  # noqa: E402  (bench/ is not a package)
+from compare_speed import fmt, ours_columns, write_table  # noqa: E402  (bench/ is not a package)
 
 GPUS = {"one_gpu": 1, "dp2": 2, "tp2": 2}  # the rest run on one GPU
 COLUMNS = ("step s", "generation s", "update s", "weight sync s", "generated tokens/s (step)")
@@ -80,10 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
     text, rows = table(args.root, args.paths.split())
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text)
-    args.out.with_suffix(".json").write_text(json.dumps(rows, indent=2))
-    print(text, end="")
+    write_table(args.out, text, rows)
     return 0
 
 

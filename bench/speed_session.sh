@@ -62,13 +62,4 @@ step_run() {
   for line in "${PLAN[@]}"; do session_step "$SPEED_DIR" "$line" "$(command_of "$line")"; done
 }
 
-case "${1:-}" in
-  install) bash bench/gpu_smoke.sh install && MODEL_DIR="$MODEL_DIR" bash bench/gpu_smoke.sh model ;;
-  run) shift; step_run "$@" ;;
-  detach) session_detach "$SPEED_DIR" bench/speed_session.sh ;;
-  wait) session_wait "$SPEED_DIR" "${2:?usage: bench/speed_session.sh wait SECONDS}" ;;
-  stop) session_stop "$SPEED_DIR" ;;
-  pack) session_pack "$SPEED_DIR" "$OUT/speed.tgz" ;;
-  *) echo "usage: bench/speed_session.sh install | run [--dry-run] | detach | wait SECONDS | stop | pack" >&2
-     exit 2 ;;
-esac
+session_main bench/speed_session.sh "$SPEED_DIR" "$OUT/speed.tgz" "$@"

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from compare_speed import fmt, ours_columns  # noqa: E402  (bench/ is not a package)
+from compare_speed import fmt, ours_columns, write_table  # noqa: E402  (bench/ is not a package)
 
 COLUMNS = ("step s", "generation s", "update s", "weight sync s", "generated tokens/s (generation)")
 
@@ -104,10 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError) as err:
         parser.error(str(err))
     text, rows = table(args.root, args.load, settings)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text)
-    args.out.with_suffix(".json").write_text(json.dumps(rows, indent=2))
-    print(text, end="")
+    write_table(args.out, text, rows)
     return 0
 
 
