@@ -36,7 +36,9 @@ PLAN=(
 command_of() {
   local load what steps
   read -r load what steps <<< "$1"
-  local cmd=(env "OUT=$SPEED_DIR" "MODEL_PATH=$MODEL_DIR" "TRL_PYTHONPATH=$TRL_SITE")
+  # VLLM_LOGGING_LEVEL=INFO: vLLM's own start-up lines (compile and graph-capture times) reach the log for
+  # bench/startup_breakdown.py; verl sets WARN for its workers unless the environment has a level
+  local cmd=(env "OUT=$SPEED_DIR" "MODEL_PATH=$MODEL_DIR" "TRL_PYTHONPATH=$TRL_SITE" "VLLM_LOGGING_LEVEL=INFO")
   if [[ "$steps" != - ]]; then cmd+=("STEPS=$steps"); fi
   local items=()
   if [[ "$what" == ours ]]; then
