@@ -63,18 +63,7 @@ step_detach() {
     echo "detach: a job is already running in $RUN_DIR (pid $(cat "$RUN_DIR/detached.pid")); stop it first" >&2
     exit 2
   fi
-  local other_pid other_dir
-  if host_job_running; then
-    echo "detach: a detached job is already running on this host (pid $other_pid, RUN_DIR $other_dir): two verl" \
-      "runs here share verl's weight-sync socket path and hang; stop it first (RUN_DIR=$other_dir ... stop)" >&2
-    exit 2
-  fi
-  local code="$RUN_DIR/code"
-  copy_checkout "$code"
-  setsid bash "$code/bench/gpu_learning.sh" "$@" > "$RUN_DIR/detached.log" 2>&1 < /dev/null &
-  echo $! > "$RUN_DIR/detached.pid"
-  echo "$! $RUN_DIR" > "$DETACH_LOCK"
-  echo "detach: '$*' running as pid $! (process group), log $RUN_DIR/detached.log"
+  session_detach "$RUN_DIR" bench/gpu_learning.sh "$@"
 }
 
 # Detach ARGS once the host's running detached job (the lock's pid) ends, so that a second run follows the first
@@ -132,13 +121,7 @@ step_stop() {
     kill -TERM "$(cat "$RUN_DIR/queued.pid")" 2>/dev/null || true
     echo "stop: cancelled the job queued in $RUN_DIR"
   fi
-  if ! alive "$RUN_DIR/detached.pid"; then echo "stop: no detached job running in $RUN_DIR"; return 0; fi
-  local pid
-  pid="$(cat "$RUN_DIR/detached.pid")"
-  kill -TERM -- "-$pid" 2>/dev/null || true
-  sleep 5
-  kill -KILL -- "-$pid" 2>/dev/null || true
-  echo "stop: ended process group $pid"
+  session_stop "$RUN_DIR"
 }
 
 case "${1:-}" in

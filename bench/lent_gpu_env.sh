@@ -41,20 +41,24 @@ wait_while_alive() {
   while alive "$1" && (( waited < $2 )); do sleep 5; waited=$((waited + 5)); done
 }
 
-# A session script (bench/speed_session.sh, bench/paths_session.sh) run as one detached job in DIR: its `run`
-# subcommand from a copy of the checkout, in its own process session (log DIR/detached.log).
+# Run `SCRIPT ARGS` (bench/gpu_learning.sh, bench/speed_session.sh, bench/paths_session.sh) as the host's one
+# detached job, from a copy of the checkout in DIR/code, in its own process session (log DIR/detached.log):
+#   session_detach DIR SCRIPT ARGS...
 session_detach() {
   local dir="$1" script="$2" other_pid other_dir
+  shift 2
   if host_job_running; then
-    echo "detach: a detached job is already running on this host (pid $other_pid, dir $other_dir)" >&2
+    echo "detach: a detached job is already running on this host (pid $other_pid, RUN_DIR $other_dir): two verl" \
+      "runs here share verl's weight-sync socket path and hang; stop it first (the stop of the script that" \
+      "started it, with that folder)" >&2
     exit 2
   fi
   mkdir -p "$dir"
   copy_checkout "$dir/code"
-  setsid bash "$dir/code/$script" run > "$dir/detached.log" 2>&1 < /dev/null &
+  setsid bash "$dir/code/$script" "$@" > "$dir/detached.log" 2>&1 < /dev/null &
   echo $! > "$dir/detached.pid"
   echo "$! $dir" > "$DETACH_LOCK"
-  echo "detach: running as pid $! (process group), log $dir/detached.log"
+  echo "detach: '$*' running as pid $! (process group), log $dir/detached.log"
 }
 
 # Run one step of a session's plan, recording its end, status and seconds in DIR/session.txt; a failing step
@@ -106,7 +110,7 @@ session_main() {
   case "${1:-}" in
     install) bash bench/gpu_smoke.sh install && MODEL_DIR="$MODEL_DIR" bash bench/gpu_smoke.sh model ;;
     run) shift; step_run "$@" ;;
-    detach) session_detach "$dir" "$script" ;;
+    detach) session_detach "$dir" "$script" run ;;
     wait) session_wait "$dir" "${2:?usage: $script wait SECONDS}" ;;
     stop) session_stop "$dir" ;;
     pack) session_pack "$dir" "$archive" ;;
