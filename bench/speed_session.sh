@@ -26,16 +26,35 @@ CANDIDATE_ENV="ROLLOUT_LORA_MERGE=1 PREFLIGHT_IN_PROCESS=1"
 CANDIDATE_ARGS=""
 : "${SPEED_ENV=$CANDIDATE_ENV}" "${SPEED_ARGS=$CANDIDATE_ARGS}"
 
-# One bench/train_speed.sh call per line: `LOAD WHAT STEPS` (STEPS "-" where the step count does not apply).
-PLAN=(
-  "realistic vllm -" "realistic ours $REALISTIC_STEPS" "realistic trl $TRL_REALISTIC_STEPS" "realistic compare -"
-  "smoke ours $SMOKE_STEPS" "smoke trl $TRL_SMOKE_STEPS" "smoke vllm -" "smoke compare -"
-)
+# One bench/train_speed.sh call per line: `LOAD WHAT STEPS` (STEPS "-" where the step count does not apply), or
+# `paths NAMES`: issue 15's paths (bench/paths_session.sh run, results in its own $PATHS_DIR) between the speed
+# steps, so that one machine's start-up serves both (model: $PATHS_MODEL_DIR, default $MODEL_DIR; issue 15 asks
+# for the learning runs' SFT model, `bench/gpu_learning.sh model-in`). SPEED_PLAN replaces the plan: lines
+# separated by ";".
+DEFAULT_PLAN="realistic vllm -; realistic ours $REALISTIC_STEPS; realistic trl $TRL_REALISTIC_STEPS; realistic compare -;
+  smoke ours $SMOKE_STEPS; smoke trl $TRL_SMOKE_STEPS; smoke vllm -; smoke compare -"
+: "${SPEED_PLAN:=$DEFAULT_PLAN}"
+PLAN=()
+while IFS= read -r line; do
+  read -r line <<< "$line"  # trims the blanks around it
+  if [[ -n "$line" ]]; then PLAN+=("$line"); fi
+done < <(tr ';' '\n' <<< "$SPEED_PLAN")
 
 # The environment and arguments of one plan line, as a command: train_speed.sh's OUT is $SPEED_DIR.
 command_of() {
   local load what steps
   read -r load what steps <<< "$1"
+  if [[ "$load" == paths ]]; then
+    printf '%q ' env "PATHS=$what${steps:+ $steps}" "MODEL_DIR=${PATHS_MODEL_DIR:-$MODEL_DIR}" \
+      bash bench/paths_session.sh run
+    return 0
+  fi
+  case "$load $what" in
+    realistic\ vllm|realistic\ ours|realistic\ trl|realistic\ compare|smoke\ vllm|smoke\ ours|smoke\ trl|smoke\ compare) ;;
+    *) echo "SPEED_PLAN: unknown line '$1'; lines are 'LOAD WHAT STEPS' (LOAD realistic|smoke, WHAT" \
+            "vllm|ours|trl|compare) or 'paths NAMES'" >&2
+       exit 2 ;;
+  esac
   # VLLM_LOGGING_LEVEL=INFO: vLLM's own start-up lines (compile and graph-capture times) reach the log for
   # bench/startup_breakdown.py; verl sets WARN for its workers unless the environment has a level
   local cmd=(env "OUT=$SPEED_DIR" "MODEL_PATH=$MODEL_DIR" "TRL_PYTHONPATH=$TRL_SITE" "VLLM_LOGGING_LEVEL=INFO")
@@ -55,6 +74,7 @@ command_of() {
 
 step_run() {
   local line
+  for line in "${PLAN[@]}"; do command_of "$line" > /dev/null; done  # a bad line stops before anything runs
   if [[ "${1:-}" == --dry-run ]]; then
     for line in "${PLAN[@]}"; do command_of "$line"; printf '\n'; done
     return 0

@@ -93,3 +93,14 @@ def test_wait_and_stop_without_a_job_say_so(tmp_path):
     stopped = session("stop", SPEED_DIR=str(tmp_path))
     assert stopped.returncode == 0 and "no detached job running" in stopped.stdout
     assert session("bogus").returncode == 2
+
+
+def test_plan_can_interleave_issue_15_paths_and_refuses_unknown_lines():
+    argvs = plan(SPEED_PLAN="realistic vllm -; realistic ours 4;\n paths fsdp1 full_ft ; realistic trl 3",
+                 PATHS_MODEL_DIR="/sft", MODEL_DIR="/m")
+    assert [split_command(a)[1] for a in (argvs[0], argvs[1], argvs[3])] == [
+        ["realistic", "vllm"], ["realistic", "ours"], ["realistic", "trl"]]
+    assert split_command(argvs[1])[0]["STEPS"] == "4"
+    assert argvs[2] == ["env", "PATHS=fsdp1 full_ft", "MODEL_DIR=/sft", "bash", "bench/paths_session.sh", "run"]
+    bad = session("run", "--dry-run", SPEED_PLAN="realistic vllm -; realistic bogus 3")
+    assert bad.returncode == 2 and "unknown line 'realistic bogus 3'" in bad.stderr and not bad.stdout
