@@ -5,7 +5,8 @@
 #   bash bench/paths_session.sh install | run [--dry-run] | detach | wait SECONDS | stop | pack
 # PATHS: the names to run, space-separated (default: fsdp1). The two-GPU set (nvidia-h200-x2):
 # PATHS="one_gpu dp2 tp2" (one_gpu pins one of the two GPUs, so the three run the same load on one machine).
-# SGLang: install its own chunks (docs/wheelhouse.md, target h100-py312-cu130-sglang), PATHS=sglang.
+# SGLang: install its own chunks (docs/wheelhouse.md, target h100-py312-cu130-sglang) into $SGLANG_SITE (default
+# $SITE); the sglang path runs with that install, the others with $SITE, so one job can run both.
 # Results: $PATHS_DIR/<name>/ (gpu_smoke's logs, metrics, summary.json, merge.log), $PATHS_DIR/paths.md.
 # shellcheck source-path=SCRIPTDIR
 set -euo pipefail
@@ -13,7 +14,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # shellcheck source=lent_gpu_env.sh
 source bench/lent_gpu_env.sh
 : "${OUT:=outputs/paths_session}" "${PATHS_DIR:=/tmp/paths}" "${MODEL_DIR:=/tmp/qwen2.5-0.5b-random}"
-: "${PATHS:=fsdp1}"
+: "${PATHS:=fsdp1}" "${SGLANG_SITE:=$SITE}"
 # The load of the GPU-count comparison: big enough that a step is not dominated by fixed costs
 SCALING_LOAD="TRAIN_BATCH_SIZE=128 PPO_MINI_BATCH_SIZE=32 ROLLOUT_N=8 MAX_RESPONSE_LENGTH=256"
 
@@ -21,7 +22,7 @@ SCALING_LOAD="TRAIN_BATCH_SIZE=128 PPO_MINI_BATCH_SIZE=32 ROLLOUT_N=8 MAX_RESPON
 declare -A PATH_TABLE=(
   [fsdp1]="FSDP_STRATEGY=fsdp | train merge summary"
   [full_ft]="ENABLE_LORA=0 | train merge summary"
-  [sglang]="ROLLOUT_BACKEND=sglang | train resume merge summary"
+  [sglang]="ROLLOUT_BACKEND=sglang SITE=$SGLANG_SITE | train resume merge summary"
   [one_gpu]="N_GPUS_PER_NODE=1 CUDA_VISIBLE_DEVICES=0 $SCALING_LOAD | train merge summary"
   [dp2]="N_GPUS_PER_NODE=2 $SCALING_LOAD | train merge summary"
   [tp2]="N_GPUS_PER_NODE=2 TENSOR_PARALLEL_SIZE=2 $SCALING_LOAD | train merge summary"

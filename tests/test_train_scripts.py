@@ -219,8 +219,8 @@ SWITCHES = [
     ("2 GPUs, rollout TP 2, full", {"N_GPUS_PER_NODE": "2", "TENSOR_PARALLEL_SIZE": "2"}, "full"),
     ("2 nodes x 8 GPUs, SGLang TP 2", {"NNODES": "2", "N_GPUS_PER_NODE": "8", "TENSOR_PARALLEL_SIZE": "2",
                                        "ROLLOUT_BACKEND": "sglang"}, "full"),
-    ("LoRA merged for the rollout", {"ROLLOUT_LORA_MERGE": "1"}, "smoke"),
-    ("LoRA merged for the rollout, SGLang", {"ROLLOUT_LORA_MERGE": "1", "ROLLOUT_BACKEND": "sglang"}, "smoke"),
+    ("LoRA served as an adapter", {"ROLLOUT_LORA_MERGE": "0"}, "smoke"),
+    ("LoRA served as an adapter, SGLang", {"ROLLOUT_LORA_MERGE": "0", "ROLLOUT_BACKEND": "sglang"}, "smoke"),
 ]  # fmt: skip
 
 
@@ -248,8 +248,8 @@ def test_documented_switches_compose_and_pass_verl_validation(label, env, profil
     assert rollout.n_gpus_per_node == cfg.trainer.n_gpus_per_node
     assert gpus % tp == 0, "verl/workers/rollout/replica.py: one replica per TP group"
     assert arr.rollout.load_format == "safetensors" and arr.rollout.mode == "async"
-    # verl sends merged weights (no adapter) to the rollout engine only when asked
-    assert arr.model.lora.merge is (env.get("ROLLOUT_LORA_MERGE") == "1")
+    # LoRA: verl sends merged weights (no adapter) to the rollout engine unless ROLLOUT_LORA_MERGE=0
+    assert arr.model.lora.merge is (lora and env.get("ROLLOUT_LORA_MERGE", "1") == "1")
 
 
 def test_verl_rollouts_list_matches_verls_registry():
@@ -301,6 +301,17 @@ def test_switch_values_are_checked(variable, value, choices):
     result = subprocess.run(["bash", str(REPO / "train/scripts/openspiel-ppo.sh"), "--dry-run"], capture_output=True,
                             text=True, env={**os.environ, variable: value})  # fmt: skip
     assert result.returncode == 2 and f"{variable} must be one of: {choices}; got '{value}'" in result.stderr
+
+
+def test_fsdp1_lora_with_an_unmerged_adapter_is_refused():
+    """FSDP1 + LoRA served as an adapter hangs at the first weight sync (tests/test_fsdp1_lora_sync.py)."""
+    result = subprocess.run(["bash", str(REPO / "train/scripts/openspiel-ppo.sh"), "--dry-run"], capture_output=True,
+                            text=True, env={**os.environ, "FSDP_STRATEGY": "fsdp", "ROLLOUT_LORA_MERGE": "0"})
+    assert result.returncode == 2
+    assert "ROLLOUT_LORA_MERGE=0 with FSDP_STRATEGY=fsdp and ENABLE_LORA=1 hangs at the first weight sync" in result.stderr
+    assert "ROLLOUT_LORA_MERGE=1 (the default), FSDP_STRATEGY=fsdp2, or ENABLE_LORA=0" in result.stderr
+    full = dry_run("openspiel-ppo.sh", FSDP_STRATEGY="fsdp", ROLLOUT_LORA_MERGE="0", ENABLE_LORA="0", RUN_PROFILE="smoke")
+    assert "actor_rollout_ref.actor.strategy=fsdp" in full  # nothing to merge without LoRA: no refusal
 
 
 def test_lora_merge_switch_is_checked_and_ignored_without_lora():

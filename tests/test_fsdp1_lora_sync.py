@@ -1,0 +1,84 @@
+"""FSDP1 + LoRA weight sync in verl 0.9.1 with PEFT 0.21: the adapter served unmerged arrives empty, merged it is
+right. Why the train scripts default ROLLOUT_LORA_MERGE=1 and refuse ROLLOUT_LORA_MERGE=0 with FSDP_STRATEGY=fsdp.
+
+On the H100 (2026-11-24, docs/runs/2026-11-24-h100-speed-merge/) an FSDP1 LoRA run sent vLLM an adapter with no
+tensors: vLLM's ``add_lora`` raised StopIteration and verl waited for the sync forever. The cause, reproduced here
+on one gloo CPU rank with verl's own wrap policy and ``collect_lora_params``: PEFT 0.21 finds adapter tensors by
+module names, strips only a leading ``_fsdp_wrapped_module.``, and verl's FSDP1 policy nests units (decoder layers,
+LoRA linears), so no name matches the cleaned state-dict keys. verl's merged path (``model.lora.merge``) reads the
+merged ``state_dict`` instead and sends every weight. If upstream fixes the first, the first test says so.
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import textwrap
+
+SETUP = textwrap.dedent("""
+    import copy, os, sys, types, torch, torch.distributed as dist
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, MixedPrecision, ShardingStrategy
+    from peft import LoraConfig, get_peft_model
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+    import verl.workers.engine.fsdp.transformer_impl as fsdp_engine
+    from verl.utils.fsdp_utils import collect_lora_params, get_fsdp_wrap_policy
+
+    fsdp_engine.get_device_id = lambda: "cpu"  # the GPU's device index, on the CPU machine
+    fsdp_engine.log_gpu_memory_usage = lambda *args, **kwargs: None  # reads CUDA memory
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[1])
+    dist.init_process_group("gloo", rank=0, world_size=1)
+    torch.manual_seed(0)
+    config = Qwen2Config(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=False)
+    model = get_peft_model(Qwen2ForCausalLM(config), LoraConfig(r=4, lora_alpha=8, target_modules="all-linear"))
+    with torch.no_grad():  # a trained adapter (lora_B starts at zero)
+        for name, param in model.named_parameters():
+            if "lora_B" in name:
+                param.normal_(0, 0.5)
+    adapter_tensors = sum(1 for name, _ in model.named_parameters() if "lora_" in name)
+    expected = {k: v.clone() for k, v in copy.deepcopy(model).merge_and_unload().state_dict().items()}
+    # verl's FSDP1 wrapping on one GPU (fsdp_workers / FSDPEngine): its LoRA-aware policy, NO_SHARD, bf16 compute
+    fsdp = FSDP(model, auto_wrap_policy=get_fsdp_wrap_policy(model, config={}, is_lora=True),
+                device_id=torch.device("cpu"), sharding_strategy=ShardingStrategy.NO_SHARD,
+                mixed_precision=MixedPrecision(param_dtype=torch.bfloat16, reduce_dtype=torch.float32,
+                                               buffer_dtype=torch.float32))
+""")
+
+UNMERGED = SETUP + textwrap.dedent("""
+    sent = collect_lora_params(fsdp, layered_summon=False, base_sync_done=True)  # what ROLLOUT_LORA_MERGE=0 sends
+    print("ADAPTER", adapter_tensors, "SENT", len(sent))
+""")
+
+MERGED = SETUP + textwrap.dedent("""
+    engine = types.SimpleNamespace(module=fsdp, _is_offload_param=False)
+    sent = dict(fsdp_engine.FSDPEngine._merged_lora_per_tensor_param(engine))  # ROLLOUT_LORA_MERGE=1
+    assert set(sent) == set(expected), sorted(set(sent) ^ set(expected))
+    wrong = [n for n, t in sent.items() if not torch.allclose(t.float(), expected[n].float(), atol=2e-2, rtol=2e-2)]
+    assert not wrong, wrong
+    print("MERGED-OK", len(sent))
+""")
+
+
+def free_port() -> str:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return str(s.getsockname()[1])
+
+
+def run(script: str) -> str:
+    done = subprocess.run([sys.executable, "-c", script, free_port()], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-4000:]
+    return done.stdout
+
+
+def test_fsdp1_sends_an_empty_unmerged_adapter():
+    words = run(UNMERGED).split()
+    adapter, sent = int(words[words.index("ADAPTER") + 1]), int(words[words.index("SENT") + 1])
+    assert adapter == 28  # 7 linears x 2 layers x (A, B): the model has an adapter to send
+    assert sent == 0, ("verl/PEFT now collect the FSDP1 adapter: the ROLLOUT_LORA_MERGE=0 refusal for "
+                       "FSDP_STRATEGY=fsdp in train/scripts/lib/common.sh can go")
+
+
+def test_fsdp1_sends_every_merged_weight():
+    assert "MERGED-OK 27" in run(MERGED)
