@@ -17,12 +17,12 @@ source bench/lent_gpu_env.sh
 : "${OUT:=outputs/speed_session}" "${SPEED_DIR:=/tmp/speed}" "${MODEL_DIR:=/tmp/qwen2.5-0.5b-random}"
 : "${TRL_SITE:=/tmp/site-trl}" "${REALISTIC_STEPS:=5}" "${SMOKE_STEPS:=8}"
 : "${TRL_REALISTIC_STEPS:=3}" "${TRL_SMOKE_STEPS:=5}"
-# Measured on the H100 on 2026-11-23 (docs/runs/2026-11-23-h100-speed/; docs/speed.md): polling every 0.1 s
-# (now the default), vLLM's offline scheduling limits, 2 TransferQueue storage actors, 4 reward workers, no Ray
-# dashboard and vLLM's compile cache. Generation stayed at 1.75x the offline ceiling, and the server verl
-# starts serves the LoRA adapter (--enable-lora) where the ceiling runs plain weights. Under test next: the
-# adapter merged into the weights sent to vLLM, and the pre-flight inside verl's process (start-up).
-CANDIDATE_ENV="ROLLOUT_LORA_MERGE=1 PREFLIGHT_IN_PROCESS=1"
+# Measured on the H100 (docs/runs/2026-11-23-h100-speed/, docs/runs/2026-11-24-h100-speed-merge/): polling every
+# 0.1 s, the LoRA adapter merged into the weights sent to vLLM (generation 1.75x -> 1.07x the offline ceiling) and
+# the pre-flight inside verl's process (~30 s less start-up) became defaults; the other settings of the first
+# session (scheduling limits, storage actors, reward workers, dashboard, compile cache) showed no gain. The
+# candidate is therefore the defaults themselves; SPEED_ENV / SPEED_ARGS put another setting under test.
+CANDIDATE_ENV=""
 CANDIDATE_ARGS=""
 : "${SPEED_ENV=$CANDIDATE_ENV}" "${SPEED_ARGS=$CANDIDATE_ARGS}"
 

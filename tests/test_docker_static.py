@@ -294,6 +294,9 @@ ALLOWED = {
     "TRL_REALISTIC_STEPS": "bench/speed_session.sh: TRL's steps at the realistic load (a bench setting)",
     "TRL_SMOKE_STEPS": "bench/speed_session.sh: TRL's steps at the smoke load (a bench setting)",
     "PATHS": "bench/paths_session.sh: which training paths the session runs (a bench setting)",
+    "SGLANG_SITE": "bench/paths_session.sh: the SGLang wheel install the sglang path runs with (a bench setting)",
+    "SPEED_PLAN": "bench/speed_session.sh: the session's steps, replacing its default plan (a bench setting)",
+    "PATHS_MODEL_DIR": "bench/speed_session.sh: the model its `paths` lines train (a bench setting)",
     "PATHS_DIR": "bench/paths_session.sh: results folder on the lent machine (a bench setting)",
 }
 ALLOWED_PREFIXES = {

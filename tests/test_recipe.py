@@ -57,7 +57,7 @@ def test_dry_run_lists_every_stage_and_the_verl_commands_compose(tmp_path):
     assert sft.engine.model_dtype == "fp32"  # fp32 master weights: pure bf16 at lr 1e-3 diverged (learning issue)
     assert sft.trainer.save_freq == "after_each_epoch" and sft.trainer.default_local_dir == str(tmp_path / "sft")
 
-    grpo = compose("ppo_trainer", after_module(stages["grpo"][0], "verl.trainer.main_ppo"))
+    grpo = compose("ppo_trainer", after_module(stages["grpo"][0], "verl_ext.launch.ppo_main"))
     assert check_ppo(grpo, check_imports=False) == []
     assert grpo.actor_rollout_ref.model.path == str(tmp_path / "sft_hf")
     assert grpo.data.env.openspiel.reward_mode == "engine" and grpo.trainer.total_training_steps == 80
@@ -69,11 +69,11 @@ def test_dry_run_lists_every_stage_and_the_verl_commands_compose(tmp_path):
     tuned = stage_commands(recipe("--dry-run", "grpo", "actor_rollout_ref.actor.entropy_coeff=0.01",
                                   RUN_DIR=str(tmp_path)).stdout)
     assert list(tuned) == ["grpo"]  # an override is not a stage
-    assert compose("ppo_trainer", after_module(tuned["grpo"][0], "verl.trainer.main_ppo")
+    assert compose("ppo_trainer", after_module(tuned["grpo"][0], "verl_ext.launch.ppo_main")
                    ).actor_rollout_ref.actor.entropy_coeff == pytest.approx(0.01)
 
     lora = stage_commands(recipe("--dry-run", "grpo", "merge", RUN_DIR=str(tmp_path), GRPO_LORA="1").stdout)
-    lora_cfg = compose("ppo_trainer", after_module(lora["grpo"][0], "verl.trainer.main_ppo"))
+    lora_cfg = compose("ppo_trainer", after_module(lora["grpo"][0], "verl_ext.launch.ppo_main"))
     assert lora_cfg.actor_rollout_ref.model.lora_rank == 32
     assert "--merge-lora" in lora["merge"][0] and "--verify" in lora["merge"][0]
 
@@ -100,7 +100,7 @@ def test_random_answers_and_whole_game_budgets(tmp_path):
     assert bad.returncode == 2 and "SFT_ANSWERS must be one of: reference random; got 'mcts'" in bad.stderr
 
     game = stage_commands(recipe("--dry-run", "grpo", RUN_DIR=str(tmp_path), TASK_MODE="game").stdout)
-    cfg = compose("ppo_trainer", after_module(game["grpo"][0], "verl.trainer.main_ppo"))
+    cfg = compose("ppo_trainer", after_module(game["grpo"][0], "verl_ext.launch.ppo_main"))
     assert cfg.data.env.openspiel.task_mode == "game"
     assert cfg.data.max_prompt_length == 512 and cfg.data.max_response_length == 3584
 

@@ -50,7 +50,8 @@ def test_every_setting_composes_and_passes_preflight():
     assert rollout.max_num_seqs == 1024 and rollout.max_num_batched_tokens == 16384
     assert configs["baseline"].trainer.v1.sampler.sampler_kwargs.poll_interval == 0.1  # the default
     assert dict(configs["poll_off"].trainer.v1.sampler.sampler_kwargs) == {}  # verl's built-in sampler
-    assert configs["lora_merge"].actor_rollout_ref.model.lora.merge is True
+    assert configs["baseline"].actor_rollout_ref.model.lora.merge is True  # the default since 2026-11-24
+    assert configs["lora_adapter"].actor_rollout_ref.model.lora.merge is False
     assert configs["baseline"].actor_rollout_ref.rollout.max_num_seqs == 256  # verl's rollout.yaml default
     assert configs["keep_cache"].actor_rollout_ref.rollout.free_cache_engine is False
     assert configs["reward_workers14"].reward.num_workers == 14

@@ -73,7 +73,7 @@ def test_two_nodes(tmp_path):
                      "trainer.n_gpus_per_node=8"]  # fmt: skip
     assert "Ray head gpu01 (10.1.2.3:6379); 2 node(s) x 8 GPU(s)" in result.stderr
     # the train script's exact main_ppo command joins that cluster and asks verl for all 16 GPUs
-    assert main_ppo[:3] == ["/shared/venv/bin/python", "-m", "verl.trainer.main_ppo"]
+    assert main_ppo[:3] == ["/shared/venv/bin/python", "-m", "verl_ext.launch.ppo_main"]
     cfg = compose("ppo_trainer", main_ppo[3:])
     assert (cfg.trainer.nnodes, cfg.trainer.n_gpus_per_node, cfg.trainer.total_training_steps) == (2, 8, 3)
     assert cfg.ray_kwargs.ray_init.num_cpus is None  # joining a cluster refuses num_cpus

@@ -49,7 +49,7 @@ def test_candidate_settings_compose_and_pass_preflight():
     env, _, args = split_command(plan()[1])
     knobs = {k: v for k, v in env.items() if k not in ("OUT", "MODEL_PATH", "TRL_PYTHONPATH", "STEPS")}
     assert knobs.pop("VLLM_LOGGING_LEVEL") == "INFO"  # vLLM's start-up lines for the breakdown
-    assert knobs == {"ROLLOUT_LORA_MERGE": "1", "PREFLIGHT_IN_PROCESS": "1"} and args == []
+    assert knobs == {} and args == []  # the defaults are the candidate (merged LoRA, in-process pre-flight)
     argv = dry_run("openspiel-ppo.sh", RUN_PROFILE="smoke", **knobs)
     assert argv[1:3] == ["-m", "verl_ext.launch.ppo_main"]
     cfg = compose("ppo_trainer", argv[3:])

@@ -255,8 +255,8 @@ launch() {
   local launcher=("${LAUNCHER[@]}")
   require_choice LOG_TIMESTAMPS "${LOG_TIMESTAMPS:=1}" 1 0
   # 1: the pre-flight runs inside verl's process (verl_ext.launch.ppo_main) instead of its own, so verl, torch
-  # and vLLM are imported once (the separate one took 24-34 s of the start-up on the H100). To measure.
-  require_choice PREFLIGHT_IN_PROCESS "${PREFLIGHT_IN_PROCESS:=0}" 1 0
+  # and vLLM are imported once (H100: pre-flight + config check done at 23 s instead of ~50-60 s; docs/speed.md 0a).
+  require_choice PREFLIGHT_IN_PROCESS "${PREFLIGHT_IN_PROCESS:=1}" 1 0
   local in_process=0
   if [[ "$config_name" == ppo_trainer && "$module" == verl.trainer.main_ppo && "$PREFLIGHT_IN_PROCESS" == 1 ]]; then
     in_process=1
