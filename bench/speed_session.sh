@@ -49,12 +49,11 @@ command_of() {
       bash bench/paths_session.sh run
     return 0
   fi
-  case "$load $what" in
-    realistic\ vllm|realistic\ ours|realistic\ trl|realistic\ compare|smoke\ vllm|smoke\ ours|smoke\ trl|smoke\ compare) ;;
-    *) echo "SPEED_PLAN: unknown line '$1'; lines are 'LOAD WHAT STEPS' (LOAD realistic|smoke, WHAT" \
-            "vllm|ours|trl|compare) or 'paths NAMES'" >&2
-       exit 2 ;;
-  esac
+  if [[ ! "$load" =~ ^(realistic|smoke)$ || ! "$what" =~ ^(vllm|ours|trl|compare)$ ]]; then
+    echo "SPEED_PLAN: unknown line '$1'; lines are 'LOAD WHAT STEPS' (LOAD realistic|smoke, WHAT" \
+      "vllm|ours|trl|compare) or 'paths NAMES'" >&2
+    exit 2
+  fi
   # VLLM_LOGGING_LEVEL=INFO: vLLM's own start-up lines (compile and graph-capture times) reach the log for
   # bench/startup_breakdown.py; verl sets WARN for its workers unless the environment has a level
   local cmd=(env "OUT=$SPEED_DIR" "MODEL_PATH=$MODEL_DIR" "TRL_PYTHONPATH=$TRL_SITE" "VLLM_LOGGING_LEVEL=INFO")

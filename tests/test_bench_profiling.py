@@ -53,13 +53,10 @@ def test_packed_and_padded_batches_hold_the_same_tokens():
 
 
 def test_actor_update_bench_runs_each_variant_on_cpu(tmp_path, monkeypatch):
-    import socket
-
+    from gloo_rank import free_port
     from verl_ext.tiny_model import build_qwen2, build_tokenizer
 
-    with socket.socket() as sock:  # a free port for the one-process gloo group
-        sock.bind(("127.0.0.1", 0))
-        monkeypatch.setenv("MASTER_PORT", str(sock.getsockname()[1]))
+    monkeypatch.setenv("MASTER_PORT", free_port())  # for the one-process gloo group
 
     tokenizer_dir = build_tokenizer(tmp_path / "model", ["play a move"] * 20, vocab_size=300)
     model_dir = build_qwen2(tmp_path / "model", "tiny", tokenizer_dir, dtype="float32")

@@ -11,33 +11,15 @@ merged ``state_dict`` instead and sends every weight. If upstream fixes the firs
 
 from __future__ import annotations
 
-import socket
-import subprocess
-import sys
 import textwrap
 
-SETUP = textwrap.dedent("""
-    import copy, os, sys, types, torch, torch.distributed as dist
+from gloo_rank import TRAINED_LORA_QWEN2, run_on_one_rank
+
+SETUP = TRAINED_LORA_QWEN2 + textwrap.dedent("""
     from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, MixedPrecision, ShardingStrategy
-    from peft import LoraConfig, get_peft_model
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-    import verl.workers.engine.fsdp.transformer_impl as fsdp_engine
     from verl.utils.fsdp_utils import collect_lora_params, get_fsdp_wrap_policy
 
-    fsdp_engine.get_device_id = lambda: "cpu"  # the GPU's device index, on the CPU machine
-    fsdp_engine.log_gpu_memory_usage = lambda *args, **kwargs: None  # reads CUDA memory
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[1])
-    dist.init_process_group("gloo", rank=0, world_size=1)
-    torch.manual_seed(0)
-    config = Qwen2Config(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=False)
-    model = get_peft_model(Qwen2ForCausalLM(config), LoraConfig(r=4, lora_alpha=8, target_modules="all-linear"))
-    with torch.no_grad():  # a trained adapter (lora_B starts at zero)
-        for name, param in model.named_parameters():
-            if "lora_B" in name:
-                param.normal_(0, 0.5)
     adapter_tensors = sum(1 for name, _ in model.named_parameters() if "lora_" in name)
-    expected = {k: v.clone() for k, v in copy.deepcopy(model).merge_and_unload().state_dict().items()}
     # verl's FSDP1 wrapping on one GPU (fsdp_workers / FSDPEngine): its LoRA-aware policy, NO_SHARD, bf16 compute
     fsdp = FSDP(model, auto_wrap_policy=get_fsdp_wrap_policy(model, config={}, is_lora=True),
                 device_id=torch.device("cpu"), sharding_strategy=ShardingStrategy.NO_SHARD,
@@ -60,14 +42,8 @@ MERGED = SETUP + textwrap.dedent("""
 """)
 
 
-def free_port() -> str:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return str(s.getsockname()[1])
-
-
 def run(script: str) -> str:
-    done = subprocess.run([sys.executable, "-c", script, free_port()], capture_output=True, text=True, timeout=300)
+    done = run_on_one_rank(script)
     assert done.returncode == 0, done.stderr[-4000:]
     return done.stdout
 

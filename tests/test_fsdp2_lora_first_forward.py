@@ -9,12 +9,10 @@ Seen on the lent H100 (docs/learning.md, fifth run) and reproduced here on one g
 
 from __future__ import annotations
 
-import socket
 import subprocess
-import sys
 import textwrap
 
-import pytest
+from gloo_rank import run_on_one_rank
 
 SCRIPT = textwrap.dedent("""
     import os, sys, torch, torch.distributed as dist
@@ -22,7 +20,7 @@ SCRIPT = textwrap.dedent("""
     from peft import LoraConfig, get_peft_model
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[2])
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[-1])
     dist.init_process_group("gloo", rank=0, world_size=1)
     torch.manual_seed(0)
     config = Qwen2Config(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
@@ -47,15 +45,8 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
-def free_port() -> str:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return str(sock.getsockname()[1])
-
-
 def run(first_forward: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", SCRIPT, first_forward, free_port()],
-                          capture_output=True, text=True, timeout=300)
+    return run_on_one_rank(SCRIPT, first_forward)
 
 
 def test_adapter_enabled_first_forward_trains_in_fp32():

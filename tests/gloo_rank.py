@@ -1,0 +1,47 @@
+"""Scripts that run torch.distributed / verl FSDP code on one gloo CPU rank, each in a child interpreter (a process
+group and FSDP state must not leak into the test process). The child gets the test's arguments, then a free
+port as its last argument (``sys.argv[-1]``)."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import textwrap
+
+# One gloo rank, verl's FSDP engine told that the "device" is the CPU, and a tiny Qwen2 with a trained LoRA
+# adapter on every linear (lora_B starts at zero, which would make any merge a no-op). Leaves `model` (the PEFT
+# model, unwrapped) and `expected` (PEFT's own merge_and_unload state dict) for the script that follows.
+TRAINED_LORA_QWEN2 = textwrap.dedent("""
+    import copy, os, sys, types, torch, torch.distributed as dist
+    from peft import LoraConfig, get_peft_model
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+    import verl.workers.engine.fsdp.transformer_impl as fsdp_engine
+
+    fsdp_engine.get_device_id = lambda: "cpu"  # the GPU's device index, on the CPU machine
+    fsdp_engine.log_gpu_memory_usage = lambda *args, **kwargs: None  # reads CUDA memory
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[-1])
+    dist.init_process_group("gloo", rank=0, world_size=1)
+    torch.manual_seed(0)
+    config = Qwen2Config(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=False)
+    model = get_peft_model(Qwen2ForCausalLM(config), LoraConfig(r=4, lora_alpha=8, target_modules="all-linear"))
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "lora_B" in name:
+                param.normal_(0, 0.5)
+    expected = {k: v.clone() for k, v in copy.deepcopy(model).merge_and_unload().state_dict().items()}
+""")
+
+
+def free_port() -> str:
+    """A TCP port on 127.0.0.1 that nothing listens on right now (the child's MASTER_PORT)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return str(sock.getsockname()[1])
+
+
+def run_on_one_rank(script: str, *args: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    """Run ``script`` in a child interpreter with ``args`` and a free port last; its output and status."""
+    return subprocess.run([sys.executable, "-c", script, *args, free_port()], capture_output=True, text=True,
+                          timeout=timeout)
