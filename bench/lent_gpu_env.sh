@@ -4,6 +4,10 @@
 : "${CHUNKS:=/tmp/chunks}" "${SITE:=/tmp/site}"
 export PYTHONPATH="$SITE:$PWD" VLLM_USE_FLASHINFER_SAMPLER=0 RAY_AUTH_MODE=disabled PYTHONUNBUFFERED=1
 export HF_HUB_OFFLINE=1 WANDB_MODE=offline TOKENIZERS_PARALLELISM=false
+# The lent multi-GPU hosts forbid NVLink multicast (.library/device/KINDS.md: it can take the shared GPUs out of
+# service). The image sets the first three; export them again so Ray workers and vLLM's TP workers surely inherit
+# them, and keep vLLM's all-reduce off torch symmetric memory (its multimem path).
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 VLLM_ALLREDUCE_USE_SYMM_MEM=0
 # System libraries carried next to the wheels when the image lacks them (docs/wheelhouse.md: libnuma.so.1 for
 # sgl_kernel): the loader looks there first.
 if [[ -d "$SITE/sysdeps" ]]; then export LD_LIBRARY_PATH="$SITE/sysdeps${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"; fi
