@@ -4,7 +4,8 @@
 # then one table (bench/paths_table.py) with step times, throughput and, for two GPUs, the scaling efficiency.
 #   bash bench/paths_session.sh install | run [--dry-run] | detach | wait SECONDS | stop | pack
 # PATHS: the names to run, space-separated (default: fsdp1). The two-GPU set (nvidia-h200-x2):
-# PATHS="one_gpu dp2 tp2" (one_gpu pins one of the two GPUs, so the three run the same load on one machine).
+# PATHS="one_gpu dp2 tp2" (one_gpu pins one of the two GPUs, so the three run the same load on one machine);
+# dp2_full_ft is the full fine-tune on two ranks (its merge reads a 2-rank full-model checkpoint).
 # SGLang: install its own chunks (docs/wheelhouse.md, target h100-py312-cu130-sglang) into $SGLANG_SITE (default
 # $SITE); the sglang path runs with that install, the others with $SITE, so one job can run both.
 # Results: $PATHS_DIR/<name>/ (gpu_smoke's logs, metrics, summary.json, merge.log), $PATHS_DIR/paths.md.
@@ -26,6 +27,7 @@ declare -A PATH_TABLE=(
   [one_gpu]="N_GPUS_PER_NODE=1 CUDA_VISIBLE_DEVICES=0 $SCALING_LOAD | train merge summary"
   [dp2]="N_GPUS_PER_NODE=2 $SCALING_LOAD | train merge summary"
   [tp2]="N_GPUS_PER_NODE=2 TENSOR_PARALLEL_SIZE=2 $SCALING_LOAD | train merge summary"
+  [dp2_full_ft]="N_GPUS_PER_NODE=2 ENABLE_LORA=0 $SCALING_LOAD | train merge summary"
 )
 
 # The commands of one path, one per gpu_smoke.sh step, each with the path's folders and environment.

@@ -20,7 +20,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from compare_speed import fmt, ours_columns, write_table  # noqa: E402  (bench/ is not a package)
 
-GPUS = {"one_gpu": 1, "dp2": 2, "tp2": 2}  # the rest run on one GPU
+GPUS = {"one_gpu": 1, "dp2": 2, "tp2": 2, "dp2_full_ft": 2}  # the rest run on one GPU
+# Scaling efficiency only against the same method on one GPU (dp2_full_ft has no one-GPU full fine-tune beside it)
+SCALES_AGAINST = {"dp2": "one_gpu", "tp2": "one_gpu"}
 COLUMNS = ("step s", "generation s", "update s", "weight sync s", "generated tokens/s (step)")
 VERIFY = re.compile(r"^verify: (.+?): max abs logit diff (\S+) .*?(OK|FAILED|informational)", re.MULTILINE)
 
@@ -37,7 +39,7 @@ def merge_result(log: Path) -> str:
     failed = [f"{what} {diff}" for what, diff, verdict in checks if verdict != "OK"]
     if failed:
         return "FAILED: " + "; ".join(failed)
-    return f"OK ({len(checks)} checks)" if checks else "no verify lines"
+    return f"OK ({len(checks)} check{'s' if len(checks) > 1 else ''})" if checks else "no verify lines"
 
 
 def row(root: Path, name: str) -> dict[str, Any]:
@@ -57,13 +59,12 @@ def row(root: Path, name: str) -> dict[str, Any]:
 
 
 def table(root: Path, names: list[str]) -> tuple[str, list[dict[str, Any]]]:
-    """Markdown table and its rows; the scaling note when one_gpu and a two-GPU path both have numbers."""
+    """Markdown table and its rows; a two-GPU path's scaling efficiency when its one-GPU baseline has numbers."""
     rows = [row(root, n) for n in names]
-    single = next((r for r in rows if r["path"] == "one_gpu"), None)
-    base = single.get("generated tokens/s (step)") if single else None
+    rate_of = {r["path"]: r.get("generated tokens/s (step)") for r in rows}
     for r in rows:
-        rate = r.get("generated tokens/s (step)")
-        r["scaling efficiency"] = rate / (r["GPUs"] * base) if base and rate and r["GPUs"] > 1 else None
+        rate, base = r.get("generated tokens/s (step)"), rate_of.get(SCALES_AGAINST.get(r["path"], ""))
+        r["scaling efficiency"] = rate / (r["GPUs"] * base) if base and rate else None
     keys = ("GPUs", "steps", *COLUMNS, "scaling efficiency", "start-up to step 1 s")
     lines = ["Training paths (medians over steps 2..N)", "",
              "| path | " + " | ".join(keys) + " | merge-ppo --verify |", "|---|" + "---:|" * len(keys) + "---|"]

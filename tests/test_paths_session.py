@@ -19,7 +19,7 @@ from test_train_scripts import dry_run, overrides_of
 
 REPO = Path(__file__).resolve().parents[1]
 paths_table = load_bench_script("paths_table")
-ALL = "fsdp1 full_ft sglang one_gpu dp2 tp2"
+ALL = "fsdp1 full_ft sglang one_gpu dp2 tp2 dp2_full_ft"
 
 
 def session(*args: str, **env: str) -> subprocess.CompletedProcess:
@@ -45,8 +45,9 @@ def test_every_path_composes_and_passes_preflight():
         env = {k: v for k, v in env.items() if k not in ("MODEL_DIR", "CUDA_VISIBLE_DEVICES")}
         cfg = compose("ppo_trainer", overrides_of(dry_run("openspiel-ppo.sh", RUN_PROFILE="smoke", **env)))
         assert check_ppo(cfg, check_imports=False) == [], name
-        if name in ("dp2", "tp2"):
+        if name in ("dp2", "tp2", "dp2_full_ft"):
             assert cfg.trainer.n_gpus_per_node == 2 and cfg.data.train_batch_size == 128
+        assert (cfg.actor_rollout_ref.model.lora_rank == 0) == (name in ("full_ft", "dp2_full_ft")), name
     steps = [shlex.split(line)[-1] for line in done.stdout.splitlines() if "/sglang " in line or "sglang/work" in line]
     assert steps == ["train", "resume", "merge", "summary"]  # SGLang: checkpoint and resume from it
 
@@ -73,13 +74,16 @@ def test_table_reads_times_merges_and_scaling(tmp_path):
           "verify: written merged model vs base+adapter: max abs logit diff 3.0e-03 (informational)\n")
     write_run(tmp_path, "one_gpu", 1000.0, ok)
     write_run(tmp_path, "dp2", 1700.0, ok)
+    write_run(tmp_path, "dp2_full_ft", 1900.0, ok)
     write_run(tmp_path, "tp2", 1200.0, "merge-ppo: verification failed: written model vs shards: max abs logit "
                                        "diff 1.0e+00 (<= 1e-04) FAILED\n")
     out = tmp_path / "paths.md"
-    assert paths_table.main([str(tmp_path), "--paths", "one_gpu dp2 tp2 fsdp1", "--out", str(out)]) == 0
+    assert paths_table.main([str(tmp_path), "--paths", "one_gpu dp2 tp2 fsdp1 dp2_full_ft", "--out", str(out)]) == 0
     rows = {r["path"]: r for r in json.loads(out.with_suffix(".json").read_text())}
     assert rows["dp2"]["scaling efficiency"] == pytest.approx(0.85)
     assert rows["one_gpu"]["scaling efficiency"] is None and rows["one_gpu"]["step s"] == 20.0
+    # a full fine-tune on two GPUs has no one-GPU full fine-tune beside it: no efficiency against LoRA's one_gpu
+    assert rows["dp2_full_ft"]["GPUs"] == 2 and rows["dp2_full_ft"]["scaling efficiency"] is None
     assert rows["one_gpu"]["merge-ppo --verify"] == "OK (2 checks)"
     assert rows["tp2"]["merge-ppo --verify"].startswith("FAILED: written model vs shards")
     assert rows["fsdp1"]["merge-ppo --verify"] == "not run" and "steps" not in rows["fsdp1"]
