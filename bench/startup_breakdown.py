@@ -10,9 +10,10 @@ logtee's launch line (the train script's start), else ``--launched``, else the f
 so in the output). Each milestone is the first line matching its pattern (the first that carries a time); ``MILESTONES`` lists every pattern
 with the verl 0.9.1 / vLLM 0.24.0 / Ray 2.60.0 source that prints it. vLLM's own durations (weights, torch
 .compile, CUDA graph capture, whole engine init) are read from its messages. verl logs nothing around the
-first weight sync (``PPOTrainerSync.on_init_end``, verl/trainer/ppo/v1/trainer_sync.py:31-33) or agent-loop
-worker start (main_ppo.py:154): both lie between "ready to fit" and the first reward of the validation
-rollout, which ``--samples`` (our per-sample log, ``VERL_EXT_SAMPLE_LOG``) adds.
+first weight sync (``PPOTrainerSync.on_init_end``, verl/trainer/ppo/v1/trainer_sync.py:31-33) or the agent-loop
+workers' creation (main_ppo.py:154), which lie between "ready to fit" and the first reward of the first rollout
+(``--samples``: our per-sample log, ``VERL_EXT_SAMPLE_LOG``); the first worker's constructor line marks when the
+first of those processes was up. Without an initial validation this falls inside step 1.
 """
 
 from __future__ import annotations
@@ -93,6 +94,10 @@ MILESTONES: tuple[Milestone, ...] = (
               "verl trainer/ppo/v1/trainer_base.py:383"),
     Milestone("ready_to_fit", "ready to fit (before the first weight sync)", r"all initialize finished, ready to fit",
               "verl trainer/ppo/v1/trainer_base.py:394"),
+    Milestone("agent_loop_worker", "first agent-loop worker constructed (its process started and imported)",
+              r"\(AgentLoopWorker\w* pid=\d+\) Using dataset class: ",
+              "verl experimental/agent_loop/agent_loop.py:506 (AgentLoopWorker.__init__ -> get_dataset_class, "
+              "utils/dataset/rl_dataset.py:594); the workers are created after ready to fit (main_ppo.py:154)"),
     Milestone("first_val_reward", "first reward of the validation rollout", None,
               "our sample log (--samples): first split=val line"),
     Milestone("validation_done", "initial validation done", r"Initial validation metrics: ",

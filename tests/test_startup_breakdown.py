@@ -54,6 +54,9 @@ SYNTHETIC = [
      "model='/tmp/qwen2.5-0.5b-random'"),
     ("2026-11-23 11:32:01.100", TASK + "INFO:2026-11-23 11:32:01,000:checkpoint engine manager initialized"),
     ("2026-11-23 11:32:03.100", TASK + "INFO:2026-11-23 11:32:03,000:all initialize finished, ready to fit"),
+    ("2026-11-23 11:32:24.700", "\x1b[36m(AgentLoopWorkerTQ pid=1900)\x1b[0m Using dataset class: DynamicEnvDataset"),
+    ("2026-11-23 11:32:29.900", "\x1b[36m(AgentLoopWorkerTQ pid=1907)\x1b[0m Using dataset class: DynamicEnvDataset"
+     "\x1b[32m [repeated 7x across cluster]\x1b[0m"),
     ("2026-11-23 11:33:58.500", TASK + "('Initial validation metrics: {\\'val-core/openspiel/tic_tac_toe/reward/"
      "mean@1\\': 0.87, '"),
     ("2026-11-23 11:33:58.500", TASK + " '\\'val-aux/num_turns/mean\\': 2.0}')"),
@@ -87,6 +90,8 @@ def test_every_milestone_is_timed_from_the_exact_messages():
     assert rows["vllm_engine_start"]["time_from"] == "own timestamp (s, year inferred)"
     assert rows["vllm_graphs"]["after_previous_s"] == pytest.approx(18.0)  # after the capture bar began
     assert rows["ready_to_fit"]["since_launch_s"] == pytest.approx(167.0)
+    # the first agent-loop worker's constructor line, not the TaskRunner's earlier one nor Ray's repeat summary
+    assert rows["agent_loop_worker"]["after_previous_s"] == pytest.approx(21.7)
     assert rows["validation_done"]["time_from"] == "log stamp"  # pprint carries no time: the stamp times it
     assert rows["validation_done"]["since_launch_s"] == pytest.approx(282.5)
     assert rows["step1_start"]["since_launch_s"] == pytest.approx(298.6 - 12.5)
