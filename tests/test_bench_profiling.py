@@ -74,3 +74,20 @@ def test_actor_update_bench_runs_each_variant_on_cpu(tmp_path, monkeypatch):
     assert [r["variant"] for r in results] == ["verl_default", "padded", "no_fsdp_bf16_padded"]
     assert all(r["error"] == "" and r["median_s"] > 0 and r["tokens"] <= 96 for r in results)
     assert "Name" in (tmp_path / "profile.txt").read_text()
+
+
+import_cost = load_bench_script("import_cost")
+
+
+def test_import_cost_times_fresh_interpreters_and_reports_a_missing_module(tmp_path):
+    out = tmp_path / "imports.json"
+    assert import_cost.main(["--modules", "json", "verl_ext_no_such_module", "--concurrency", "1", "2",
+                             "--repeat", "1", "--out", str(out)]) == 0
+    rows = json.loads(out.read_text())
+    assert [(r["module"], r["concurrency"]) for r in rows] == [
+        ("json", 1), ("json", 2), ("verl_ext_no_such_module", 1), ("verl_ext_no_such_module", 2)]
+    timed = rows[1]
+    assert len(timed["import_s"]) == 2 and all(0 <= s < timed["wall_s"] for s in timed["import_s"])
+    assert "No module named 'verl_ext_no_such_module'" in rows[2]["error"] and "import_s" not in rows[2]
+    table = out.with_suffix(".md").read_text()
+    assert "| `json` |  | 2 | 1 |" in table and "failed: ModuleNotFoundError" in table
