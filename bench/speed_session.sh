@@ -26,7 +26,12 @@ CANDIDATE_ENV=""
 CANDIDATE_ARGS=""
 : "${SPEED_ENV=$CANDIDATE_ENV}" "${SPEED_ARGS=$CANDIDATE_ARGS}"
 
-# One bench/train_speed.sh call per line: `LOAD WHAT STEPS` (STEPS "-" where the step count does not apply), or
+# One bench/train_speed.sh call per line: `LOAD WHAT STEPS [LABEL [NAME=VALUE ...] [OVERRIDE ...]]` (STEPS "-"
+# where the step count does not apply). A LABEL on an `ours` line runs one more setting of ours in
+# <load>/LABEL/ (train_speed.sh OURS_LABEL): its NAME=VALUE items (upper-case NAME) are train-script variables and
+# the other items Hydra overrides, both on top of SPEED_ENV / SPEED_ARGS; `LOAD compare - LABEL` compares that run
+# with the load's TRL run and ceiling. On `trl` and `vllm` lines the items after STEPS are that tool's flags
+# (bench/trl_grpo.py, bench/vllm_offline.py), e.g. `realistic trl 3 --no-gradient-checkpointing`. Or
 # `paths NAMES`: issue 15's paths (bench/paths_session.sh run, results in its own $PATHS_DIR) between the speed
 # steps, so that one machine's start-up serves both (model: $PATHS_MODEL_DIR, default $MODEL_DIR; issue 15 asks
 # for the learning runs' SFT model, `bench/gpu_learning.sh model-in`). SPEED_PLAN replaces the plan: lines
@@ -42,32 +47,52 @@ done < <(tr ';' '\n' <<< "$SPEED_PLAN")
 
 # The environment and arguments of one plan line, as a command: train_speed.sh's OUT is $SPEED_DIR.
 command_of() {
-  local load what steps
-  read -r load what steps <<< "$1"
+  local load what steps label="" extra=() line_env=() line_args=() item
+  read -r load what steps label <<< "$1"
   if [[ "$load" == paths ]]; then
-    printf '%q ' env "PATHS=$what${steps:+ $steps}" "MODEL_DIR=${PATHS_MODEL_DIR:-$MODEL_DIR}" \
+    printf '%q ' env "PATHS=$what${steps:+ $steps}${label:+ $label}" "MODEL_DIR=${PATHS_MODEL_DIR:-$MODEL_DIR}" \
       bash bench/paths_session.sh run
     return 0
   fi
   if [[ ! "$load" =~ ^(realistic|smoke)$ || ! "$what" =~ ^(vllm|ours|trl|compare)$ ]]; then
-    echo "SPEED_PLAN: unknown line '$1'; lines are 'LOAD WHAT STEPS' (LOAD realistic|smoke, WHAT" \
+    echo "SPEED_PLAN: unknown line '$1'; lines are 'LOAD WHAT STEPS [LABEL ...]' (LOAD realistic|smoke, WHAT" \
       "vllm|ours|trl|compare) or 'paths NAMES'" >&2
     exit 2
+  fi
+  read -r -a extra <<< "$label"
+  label="${extra[0]:-}"
+  if [[ "$what" =~ ^(trl|vllm)$ ]]; then
+    line_args=(${extra[@]+"${extra[@]}"})
+    label=""
+  elif [[ -n "$label" ]]; then
+    if [[ ! "$label" =~ ^[A-Za-z0-9_-]+$ ]]; then
+      echo "SPEED_PLAN: line '$1': a LABEL is letters, digits, '_' or '-'" >&2
+      exit 2
+    fi
+    for item in "${extra[@]:1}"; do
+      if [[ "$what" != ours ]]; then
+        echo "SPEED_PLAN: line '$1': settings go on the 'ours' line, not on 'compare'" >&2
+        exit 2
+      fi
+      if [[ "$item" =~ ^[A-Z_][A-Z0-9_]*= ]]; then line_env+=("$item"); else line_args+=("$item"); fi
+    done
   fi
   # VLLM_LOGGING_LEVEL=INFO: vLLM's own start-up lines (compile and graph-capture times) reach the log for
   # bench/startup_breakdown.py; verl sets WARN for its workers unless the environment has a level
   local cmd=(env "OUT=$SPEED_DIR" "MODEL_PATH=$MODEL_DIR" "TRL_PYTHONPATH=$TRL_SITE" "VLLM_LOGGING_LEVEL=INFO")
   if [[ "$steps" != - ]]; then cmd+=("STEPS=$steps"); fi
+  if [[ -n "$label" ]]; then cmd+=("OURS_LABEL=$label"); fi
   local items=()
   if [[ "$what" == ours ]]; then
     read -r -a items <<< "$SPEED_ENV"
-    cmd+=(${items[@]+"${items[@]}"})
+    cmd+=(${items[@]+"${items[@]}"} ${line_env[@]+"${line_env[@]}"})
   fi
   cmd+=(bash bench/train_speed.sh "$load" "$what")
   if [[ "$what" == ours ]]; then
     read -r -d '' -a items <<< "$SPEED_ARGS" || true
     cmd+=(${items[@]+"${items[@]}"})
   fi
+  cmd+=(${line_args[@]+"${line_args[@]}"})
   printf '%q ' "${cmd[@]}"
 }
 

@@ -5,9 +5,12 @@
 # and the ceiling for our generation phase: vLLM's offline LLM.generate on the same prompts and settings.
 #   MODEL_PATH=/models/qwen bash bench/train_speed.sh smoke|realistic [all|ours|trl|vllm|compare] [args]
 # Loads: smoke = 16 prompts x 4 samples x 64 tokens, 5 steps; realistic = 128 x 8 x 512, 4 steps.
-# args: hydra overrides for ours (and all); bench/vllm_offline.py flags for vllm (e.g. --max-num-seqs 256
+# args: hydra overrides for ours (and all); bench/trl_grpo.py flags for trl (e.g. --no-gradient-checkpointing);
+# bench/vllm_offline.py flags for vllm (e.g. --max-num-seqs 256
 # --out "$OUT/realistic/vllm_256.json": the last --out wins).
 # Results: $OUT/<load>/{ours.json,startup.{json,md},trl.json,vllm.json,compare.md} (OUT: outputs/train_speed).
+# OURS_LABEL=name puts our run's files and its compare.md in $OUT/<load>/name/ (TRL's and the ceiling's stay in
+# $OUT/<load>/): several settings of ours against one TRL run and one ceiling.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 load="${1:-smoke}"
@@ -21,33 +24,39 @@ esac
 : "${MODEL_PATH:?set MODEL_PATH to the model both trainers start from}"
 : "${OUT:=outputs/train_speed}" "${GAME_TYPES:=tic_tac_toe,connect_four}" "${PYTHON:=python3}"
 dir="$OUT/$load"
-mkdir -p "$dir"
+: "${OURS_LABEL:=}"
+if [[ -n "$OURS_LABEL" && ! "$OURS_LABEL" =~ ^[A-Za-z0-9_-]+$ ]]; then
+  echo "OURS_LABEL must be letters, digits, '_' or '-' (a folder name); got '$OURS_LABEL'" >&2
+  exit 2
+fi
+ours_dir="$dir${OURS_LABEL:+/$OURS_LABEL}"
+mkdir -p "$ours_dir"
 
 run_ours() {
   RUN_PROFILE=smoke TRAIN_BATCH_SIZE="$prompts" PPO_MINI_BATCH_SIZE="$prompts" ROLLOUT_N="$samples" \
     MAX_RESPONSE_LENGTH="$tokens" TOTAL_TRAINING_STEPS="$steps" SAVE_FREQ=-1 NUM_TASKS_PER_CASE="$tasks" \
-    GAME_TYPES="$GAME_TYPES" EXPERIMENT_NAME="speed-$load" LOG_DIR="$dir" LOGGERS='[console,file]' \
-    VERL_FILE_LOGGER_PATH="$dir/verl_metrics.jsonl" VERL_EXT_SAMPLE_LOG="$dir/verl_samples.jsonl" \
-    CHECKPOINT_DIR="$dir/checkpoints" \
+    GAME_TYPES="$GAME_TYPES" EXPERIMENT_NAME="speed-$load" LOG_DIR="$ours_dir" LOGGERS='[console,file]' \
+    VERL_FILE_LOGGER_PATH="$ours_dir/verl_metrics.jsonl" VERL_EXT_SAMPLE_LOG="$ours_dir/verl_samples.jsonl" \
+    CHECKPOINT_DIR="$ours_dir/checkpoints" \
     bash train/scripts/openspiel-ppo.sh "$@"
-  "$PYTHON" bench/summarize_run.py "$dir/verl_metrics.jsonl" --samples-per-step $(( prompts * samples )) \
-    --out "$dir/ours.json"
+  "$PYTHON" bench/summarize_run.py "$ours_dir/verl_metrics.jsonl" --samples-per-step $(( prompts * samples )) \
+    --out "$ours_dir/ours.json"
   startup
 }
 
 # Start-up breakdown of the newest console log of this load (launch -> Ray -> FSDP -> vLLM -> step 1)
 startup() {
   local log="" candidate
-  for candidate in "$dir/speed-$load"-*.log; do
+  for candidate in "$ours_dir/speed-$load"-*.log; do
     if [[ -f "$candidate" && ( -z "$log" || "$candidate" -nt "$log" ) ]]; then log="$candidate"; fi
   done
   if [[ -z "$log" ]]; then
-    echo "no console log $dir/speed-$load-*.log: start-up breakdown skipped" >&2
+    echo "no console log $ours_dir/speed-$load-*.log: start-up breakdown skipped" >&2
     return 0
   fi
   local sample_log=()
-  if [[ -f "$dir/verl_samples.jsonl" ]]; then sample_log=(--samples "$dir/verl_samples.jsonl"); fi
-  "$PYTHON" bench/startup_breakdown.py "$log" ${sample_log[@]+"${sample_log[@]}"} --out "$dir/startup.json"
+  if [[ -f "$ours_dir/verl_samples.jsonl" ]]; then sample_log=(--samples "$ours_dir/verl_samples.jsonl"); fi
+  "$PYTHON" bench/startup_breakdown.py "$log" ${sample_log[@]+"${sample_log[@]}"} --out "$ours_dir/startup.json"
 }
 
 # The load's prompts as verl-ext export writes them (TRL and the vLLM ceiling read the same parquet)
@@ -62,7 +71,7 @@ run_trl() {
   # actor when trl 1.x is importable: it looks for trl's removed value-head classes)
   PYTHONPATH="${TRL_PYTHONPATH:+$TRL_PYTHONPATH:}${PYTHONPATH:-}" "$PYTHON" bench/trl_grpo.py --model "$MODEL_PATH" --data "$dir/train.parquet" --prompts "$prompts" \
     --samples "$samples" --max-new-tokens "$tokens" --steps "$steps" --micro-batch "$micro" \
-    --work-dir "$dir/trl_work" --out "$dir/trl.json" 2>&1 | tee "$dir/trl.log"
+    --work-dir "$dir/trl_work" --out "$dir/trl.json" "$@" 2>&1 | tee "$dir/trl.log"
 }
 
 # vLLM offline on the same model, prompts, n, temperature, max tokens and GPU memory share as ours
@@ -79,13 +88,14 @@ compare() {
   local peers=()
   if [[ -f "$dir/trl.json" ]]; then peers+=(--trl "$dir/trl.json"); fi
   if [[ -f "$dir/vllm.json" ]]; then peers+=(--vllm "$dir/vllm.json"); fi
-  "$PYTHON" bench/compare_speed.py --ours "$dir/ours.json" ${peers[@]+"${peers[@]}"} \
-    --load "$prompts prompts x $samples samples x $tokens tokens" --out "$dir/compare.md"
+  "$PYTHON" bench/compare_speed.py --ours "$ours_dir/ours.json" ${peers[@]+"${peers[@]}"} \
+    --load "$prompts prompts x $samples samples x $tokens tokens${OURS_LABEL:+ ($OURS_LABEL)}" \
+    --out "$ours_dir/compare.md"
 }
 
 case "$what" in
   ours) run_ours "$@" ;;
-  trl) run_trl ;;
+  trl) run_trl "$@" ;;
   vllm) run_vllm "$@" ;;
   compare) compare ;;
   all) run_ours "$@"; run_trl; run_vllm; compare ;;

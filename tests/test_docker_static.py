@@ -280,6 +280,7 @@ ALLOWED = {
     "WORK": "bench/gpu_smoke.sh: scratch folder of the smoke run",
     "TRL_SITE": "bench/gpu_smoke.sh: where the harness installs the TRL peer (kept apart from verl)",
     "STEPS": "bench/train_speed.sh: optimizer steps of the speed benchmark (a bench setting, not a training one)",
+    "OURS_LABEL": "bench/train_speed.sh: subfolder for one more setting of ours (a bench setting)",
     "PYTHONPATH": "standard Python variable; bench scripts extend it for their subprocesses",
     "SLURMD_NODENAME": "set by Slurm: the node a batch script runs on (multinode.sbatch puts the Ray head there)",
     "EPOCHREALTIME": "bash 5's clock: the train scripts note when they started (start-up breakdown)",

@@ -3,9 +3,11 @@ compose against verl 0.9.1's schema and pass the pre-flight; the compile-cache s
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import subprocess
+import sys
 from pathlib import Path
 
 from verl_ext.launch.preflight import check_ppo, compose
@@ -104,3 +106,46 @@ def test_plan_can_interleave_issue_15_paths_and_refuses_unknown_lines():
     assert argvs[2] == ["env", "PATHS=fsdp1 full_ft", "MODEL_DIR=/sft", "bash", "bench/paths_session.sh", "run"]
     bad = session("run", "--dry-run", SPEED_PLAN="realistic vllm -; realistic bogus 3")
     assert bad.returncode == 2 and "unknown line 'realistic bogus 3'" in bad.stderr and not bad.stdout
+
+
+def test_a_labelled_line_runs_another_setting_of_ours_against_the_same_trl_run():
+    argvs = plan(SPEED_PLAN="realistic ours 4 nockpt GRADIENT_CHECKPOINTING=0 reward.num_workers=2; "
+                            "realistic trl 3 --no-gradient-checkpointing; realistic compare - nockpt",
+                 SPEED_ENV="ROLLOUT_POLL_INTERVAL=0.2", SPEED_ARGS="reward.num_workers=4")
+    (ours_env, ours_what, ours_args), (trl_env, _, trl_args), (cmp_env, cmp_what, cmp_args) = map(split_command, argvs)
+    assert ours_what == ["realistic", "ours"] and ours_env["OURS_LABEL"] == "nockpt"
+    assert ours_env["GRADIENT_CHECKPOINTING"] == "0" and ours_env["ROLLOUT_POLL_INTERVAL"] == "0.2"
+    assert ours_args == ["reward.num_workers=4", "reward.num_workers=2"]  # the line's own setting comes last
+    assert "OURS_LABEL" not in trl_env and trl_args == ["--no-gradient-checkpointing"]
+    assert cmp_what == ["realistic", "compare"] and cmp_env["OURS_LABEL"] == "nockpt" and cmp_args == []
+    knobs = {k: v for k, v in ours_env.items() if k in ("GRADIENT_CHECKPOINTING", "ROLLOUT_POLL_INTERVAL")}
+    cfg = compose("ppo_trainer", overrides_of(dry_run("openspiel-ppo.sh", *ours_args, RUN_PROFILE="smoke", **knobs)))
+    assert check_ppo(cfg, check_imports=False) == []
+    assert cfg.actor_rollout_ref.model.enable_gradient_checkpointing is False and cfg.reward.num_workers == 2
+
+
+def test_plan_refuses_bad_labels_and_settings_on_compare_lines():
+    for line, message in [("smoke ours 4 bad/label", "a LABEL is letters, digits"),
+                          ("smoke compare - x GRADIENT_CHECKPOINTING=0", "settings go on the 'ours' line")]:
+        done = session("run", "--dry-run", SPEED_PLAN=line)
+        assert done.returncode == 2 and message in done.stderr and not done.stdout
+
+
+def test_train_speed_compares_a_labelled_run_with_the_loads_trl_run(tmp_path):
+    load = tmp_path / "smoke"
+    (load / "nockpt").mkdir(parents=True)
+    ours = {"num_steps": 2, "steps": [{"timing_s/step": 9.0}, {"timing_s/step": 2.0, "timing_s/gen": 1.0}]}
+    trl = {"num_steps": 2, "steps": [{"timing_s/step": 5.0}, {"timing_s/step": 4.0}]}
+    (load / "nockpt" / "ours.json").write_text(json.dumps(ours))
+    (load / "trl.json").write_text(json.dumps(trl))
+    env = {**os.environ, "OUT": str(tmp_path), "MODEL_PATH": "/unused", "OURS_LABEL": "nockpt",
+           "PYTHON": sys.executable}
+    done = subprocess.run(["bash", str(REPO / "bench" / "train_speed.sh"), "smoke", "compare"], env=env,
+                          capture_output=True, text=True, cwd=REPO)
+    assert done.returncode == 0, done.stderr
+    table = (load / "nockpt" / "compare.md").read_text()
+    assert "16 prompts x 4 samples x 64 tokens (nockpt)" in table and "| step s | 2 | 4 | 0.50 |" in table
+    assert not (load / "compare.md").exists()
+    bad = subprocess.run(["bash", str(REPO / "bench" / "train_speed.sh"), "smoke", "compare"],
+                         env={**env, "OURS_LABEL": "../x"}, capture_output=True, text=True, cwd=REPO)
+    assert bad.returncode == 2 and "OURS_LABEL must be letters" in bad.stderr
