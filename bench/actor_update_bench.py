@@ -24,6 +24,8 @@ from dataclasses import asdict, dataclass
 import torch
 import torch.distributed as dist
 
+import verl_ext.attention  # noqa: F401  (registers attn_implementation="torch_varlen")
+
 VARIANTS: dict[str, tuple[str, bool, bool, str, bool]] = {
     # name: (model_dtype, fsdp, packed, attn_implementation, gradient_checkpointing)
     "verl_default": ("fp32", True, True, "sdpa", True),
@@ -33,6 +35,9 @@ VARIANTS: dict[str, tuple[str, bool, bool, str, bool]] = {
     "bf16_weights_packed": ("bf16", True, True, "sdpa", True),
     "bf16_weights_padded": ("bf16", True, False, "sdpa", True),
     "no_fsdp_bf16_padded": ("bf16", False, False, "sdpa", True),
+    # PyTorch's own varlen kernel over the packed row (verl_ext.attention): padding-free without flash-attn
+    "packed_varlen": ("fp32", True, True, "torch_varlen", True),
+    "packed_varlen_no_checkpointing": ("fp32", True, True, "torch_varlen", False),
 }
 OPTIONAL_VARIANTS: dict[str, tuple[str, bool, bool, str, bool]] = {
     # torch.compile of flex attention ran for minutes on the H100 before the first step: opt-in only
@@ -157,6 +162,30 @@ def run_variant(name: str, args: argparse.Namespace, device: torch.device) -> Re
     return result
 
 
+def check_varlen(args: argparse.Namespace, device: torch.device) -> dict[str, float]:
+    """Token log-probs of the packed micro batch under torch_varlen against the same sequences as padded rows
+    under SDPA (one bf16 model, the varlen kernel on this device): the largest and mean absolute difference."""
+    from transformers import AutoModelForCausalLM
+
+    lengths = sequence_lengths(args.tokens, args.min_len, args.max_len, args.seed)
+    model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.bfloat16, attn_implementation="sdpa")
+    model.to(device).eval()
+    log_probs = {}
+    with torch.no_grad():
+        for packed, attn in ((False, "sdpa"), (True, "torch_varlen")):
+            model.set_attn_implementation(attn)
+            batch = make_batch(lengths, packed, model.config.vocab_size, device)
+            logits = model(**batch, use_cache=False).logits.float()
+            rows = torch.log_softmax(logits, dim=-1)
+            if packed:
+                log_probs[attn] = rows[0]
+            else:  # the valid tokens of each padded row, in packing order
+                log_probs[attn] = torch.cat([rows[i, :n] for i, n in enumerate(lengths)])
+    diff = (log_probs["torch_varlen"] - log_probs["sdpa"]).abs()
+    return {"tokens": sum(lengths), "max_abs_logprob_diff": diff.max().item(),
+            "mean_abs_logprob_diff": diff.mean().item()}
+
+
 def profile_step(model, optimizer, batch, autocast: bool, out_path: str) -> None:
     """One profiled step: the CUDA kernels and CPU ops that take the most time, as a text table."""
     from torch.profiler import ProfilerActivity, profile
@@ -186,6 +215,8 @@ def main() -> None:
     parser.add_argument("--profile", default="verl_default", help="variant to profile one step of ('' for none)")
     parser.add_argument("--profile-out", default="actor_update_profile.txt")
     parser.add_argument("--out", default="actor_update_bench.json")
+    parser.add_argument("--check-varlen", action="store_true",
+                        help="first compare torch_varlen on the packed batch with SDPA on padded rows")
     args = parser.parse_args()
 
     unknown = [v for v in args.variants.split(",") if v not in ALL_VARIANTS]
@@ -201,14 +232,18 @@ def main() -> None:
     owns_group = not dist.is_initialized()
     if owns_group:  # FSDP2 needs a process group, even for one device
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+    summary: dict = {"device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
+                     "torch": torch.__version__, "tokens_budget": args.tokens}
+    if args.check_varlen:
+        summary["varlen_check"] = check_varlen(args, device)
+        print(json.dumps(summary["varlen_check"]), flush=True)
     results = []
     for name in args.variants.split(","):
         result = run_variant(name, args, device)
         results.append(asdict(result))
         print(json.dumps(asdict(result)), flush=True)
         with open(args.out, "w") as handle:  # rewritten after each variant: a killed run keeps what it measured
-            json.dump({"device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
-                       "torch": torch.__version__, "tokens_budget": args.tokens, "results": results}, handle, indent=2)
+            json.dump({**summary, "results": results}, handle, indent=2)
     if owns_group:
         dist.destroy_process_group()
 

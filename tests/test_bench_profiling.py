@@ -63,15 +63,19 @@ def test_actor_update_bench_runs_each_variant_on_cpu(tmp_path, monkeypatch):
     out = tmp_path / "bench.json"
     sys_argv = ["actor_update_bench.py", "--model", str(model_dir), "--device", "cpu", "--tokens", "96",
                 "--min-len", "16", "--max-len", "40", "--warmup", "0", "--iters", "1",
-                "--variants", "verl_default,padded,no_fsdp_bf16_padded", "--profile", "padded",
-                "--profile-out", str(tmp_path / "profile.txt"), "--out", str(out)]
+                "--variants", "verl_default,padded,no_fsdp_bf16_padded,packed_varlen", "--profile", "padded",
+                "--profile-out", str(tmp_path / "profile.txt"), "--out", str(out), "--check-varlen"]
     old_argv, sys.argv = sys.argv, sys_argv
     try:
         actor_update_bench.main()
     finally:
         sys.argv = old_argv
-    results = json.loads(out.read_text())["results"]
-    assert [r["variant"] for r in results] == ["verl_default", "padded", "no_fsdp_bf16_padded"]
+    summary = json.loads(out.read_text())
+    results = summary["results"]
+    assert [r["variant"] for r in results] == ["verl_default", "padded", "no_fsdp_bf16_padded", "packed_varlen"]
+    # the packed row under torch_varlen gives the padded rows' log-probs (bf16 model, SDPA per sequence on CPU)
+    check = summary["varlen_check"]
+    assert check["tokens"] <= 96 and check["max_abs_logprob_diff"] < 0.05
     assert all(r["error"] == "" and r["median_s"] > 0 and r["tokens"] <= 96 for r in results)
     assert "Name" in (tmp_path / "profile.txt").read_text()
 

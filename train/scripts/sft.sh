@@ -56,6 +56,9 @@ ARGS=(
   trainer.nnodes="$NNODES"
   "trainer.logger=$LOGGERS"
 )
+if [[ -n "$external_lib" ]]; then
+  ARGS+=(model.external_lib="$external_lib")
+fi
 if [[ -n "$SFT_TOTAL_STEPS" ]]; then
   ARGS+=(trainer.total_training_steps="$SFT_TOTAL_STEPS")
 fi

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..replay_buffer import sampler_problems
-from .switches import check_switches
+from .switches import check_attention, check_switches
 
 # override key -> the variable the train scripts set it from
 SCRIPT_VARIABLE = {
@@ -128,6 +128,7 @@ def check_sft(cfg: Any) -> list[str]:
         if path and not Path(str(path)).is_file():
             problems.append(f"data.{key}: no such file {path!r} (make it with `verl-ext export --format sft`)")
     problems += _check_model(cfg.model.path, _int(cfg, "data.max_length"))
+    problems += check_attention(cfg.model, "model", check_imports=True)
     return problems
 
 

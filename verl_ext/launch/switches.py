@@ -8,6 +8,8 @@ Each check points at the verl 0.9.1 code that would fail (or silently misbehave)
 - SGLang: verl asks SGLang >= 0.5.12 for the FlashInfer attention backend unless
   ``engine_kwargs.sglang.attention_backend`` is given (workers/rollout/sglang_rollout/async_sglang_server.py:289-297),
   and serves LoRA only for ``all-linear`` or a list of module names (sglang_rollout/utils.py:93-102).
+- the actor's attention: ``torch_varlen`` needs ``verl_ext.attention`` in ``external_lib`` (imported by verl's
+  model config in each worker, verl/workers/config/model.py:149), flash-attn's names need flash-attn.
 - Ray: ``main_ppo`` calls ``ray.init(**ray_kwargs.ray_init)``, which joins the cluster in ``RAY_ADDRESS`` and
   otherwise starts a one-node cluster (trainer/main_ppo.py:57-74); joining refuses ``num_cpus``
   (ray/_private/worker.py:1936); too few GPUs stop verl's resource pool after Ray has started
@@ -34,6 +36,7 @@ ATTENTION_OVERRIDE = "+actor_rollout_ref.rollout.engine_kwargs.sglang.attention_
 def check_switches(cfg: Any, environ: Mapping[str, str], check_imports: bool = True) -> list[str]:
     """Problems of a composed ``ppo_trainer`` config with the switches above (empty: none found)."""
     problems = check_rollout(cfg, environ, check_imports)
+    problems += check_attention(cfg.actor_rollout_ref.model, "actor_rollout_ref.model", check_imports)
     problems += check_ray(cfg, environ, check_imports)
     problems += verl_validate(cfg)
     return problems
@@ -62,6 +65,29 @@ def check_rollout(cfg: Any, environ: Mapping[str, str], check_imports: bool) -> 
                 "flashinfer is not installed"
             problems.append(f"ROLLOUT_BACKEND=sglang: verl starts SGLang 0.5.12 with attention_backend=flashinfer "
                             f"unless told otherwise, but {why}; add {ATTENTION_OVERRIDE}")
+    return problems
+
+
+def check_attention(model: Any, prefix: str, check_imports: bool) -> list[str]:
+    """The actor's attention implementation (ATTN_IMPLEMENTATION) can be built where verl builds the model.
+
+    ``torch_varlen`` exists only after ``verl_ext.attention`` is imported in the worker, which verl does for the
+    model config's ``external_lib`` (verl/workers/config/model.py:149); flash-attn's names need the package.
+    """
+    attn = str((model.get("override_config") or {}).get("attn_implementation", "flash_attention_2"))
+    key = f"ATTN_IMPLEMENTATION ({prefix}.override_config.attn_implementation={attn})"
+    problems = []
+    if attn == "torch_varlen":
+        libs = model.get("external_lib")
+        libs = [] if libs is None else [libs] if isinstance(libs, str) else list(libs)
+        if "verl_ext.attention" not in libs:
+            problems.append(f"{key}: {prefix}.external_lib={model.get('external_lib')} does not import "
+                            "verl_ext.attention, which registers it; add it (a list keeps your own modules too)")
+        if check_imports and importlib.util.find_spec("torch.nn.attention.varlen") is None:
+            problems.append(f"{key} needs torch.nn.attention.varlen (PyTorch >= 2.10); use ATTN_IMPLEMENTATION=sdpa")
+    elif attn.startswith("flash_attention") and check_imports and importlib.util.find_spec("flash_attn") is None:
+        problems.append(f"{key} needs the flash-attn package, which is not installed; use "
+                        "ATTN_IMPLEMENTATION=torch_varlen (PyTorch's own varlen kernel) or sdpa")
     return problems
 
 

@@ -67,16 +67,25 @@ require_choice() {
 }
 
 # How verl's FSDP engine computes token log-probs, for GRPO and SFT alike: sets remove_padding and fused
-# (True/False for Hydra) from USE_REMOVE_PADDING and USE_FUSED_KERNELS.
+# (True/False for Hydra) from USE_REMOVE_PADDING and USE_FUSED_KERNELS, and external_lib (the module that
+# registers ATTN_IMPLEMENTATION, or empty).
 log_prob_flags() {
   : "${ATTN_IMPLEMENTATION:=sdpa}"
   # verl's fused log-prob kernels: without flash-attn, verl's plain log-prob path loops over every token in
   # Python (measured: 13k log_softmax calls per 13k-token micro batch, 137 s of a 197 s GRPO step at 128x8x512;
   # 2 s of every 2 s SFT step of a 13M model)
   : "${USE_FUSED_KERNELS:=1}"
-  # Padding-free packing pays with flash-attn's varlen kernels; under SDPA the packed row gets a full
-  # L x L block mask (measured: 2.4x slower per micro batch than padded rows), so pack only with flash-attn.
-  if [[ "$ATTN_IMPLEMENTATION" == flash_attention* ]]; then : "${USE_REMOVE_PADDING:=1}"; else : "${USE_REMOVE_PADDING:=0}"; fi
+  # Padding-free packing pays with a varlen kernel (flash-attn's, or PyTorch's own: torch_varlen, registered by
+  # verl_ext.attention); under SDPA the packed row gets a full L x L block mask (measured: 2.4x slower per micro
+  # batch than padded rows), so SDPA runs padded rows.
+  case "$ATTN_IMPLEMENTATION" in
+    flash_attention*|torch_varlen) : "${USE_REMOVE_PADDING:=1}" ;;
+    *) : "${USE_REMOVE_PADDING:=0}" ;;
+  esac
+  # torch_varlen exists once verl_ext.attention is imported in the process that builds the model: verl imports
+  # the model config's external_lib there (workers/config/model.py)
+  external_lib=""
+  if [[ "$ATTN_IMPLEMENTATION" == torch_varlen ]]; then external_lib=verl_ext.attention; fi
   remove_padding=False
   fused=False
   if [[ "$USE_REMOVE_PADDING" == "1" ]]; then remove_padding=True; fi
@@ -146,8 +155,8 @@ grpo_args() {
     : "${LR:=1e-6}"
     local lora_rank=0
   fi
-  local layered=False dynamic=False bypass=False checkpointing=False use_kl=True remove_padding fused
-  log_prob_flags  # sets remove_padding, fused
+  local layered=False dynamic=False bypass=False checkpointing=False use_kl=True remove_padding fused external_lib
+  log_prob_flags  # sets remove_padding, fused, external_lib
   [[ "$LAYERED_SUMMON" == "1" ]] && layered=True
   [[ "$USE_DYNAMIC_BSZ" == "1" ]] && dynamic=True
   [[ "$BYPASS_OLD_LOG_PROB" == "1" ]] && bypass=True
@@ -212,6 +221,9 @@ grpo_args() {
   )
   if [[ -n "$ROLLOUT_DUMP_DIR" ]]; then
     ARGS+=(trainer.rollout_data_dir="$ROLLOUT_DUMP_DIR")
+  fi
+  if [[ -n "$external_lib" ]]; then
+    ARGS+=(actor_rollout_ref.model.external_lib="$external_lib")
   fi
   if [[ "$ENABLE_LORA" == "1" && "$ROLLOUT_LORA_MERGE" == "1" ]]; then
     ARGS+=(actor_rollout_ref.model.lora.merge=True)
