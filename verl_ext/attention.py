@@ -16,6 +16,7 @@ SDPA path unchanged; on a CPU the packed path runs SDPA once per sequence (same 
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 
 import torch
@@ -41,6 +42,28 @@ def varlen_kernel() -> VarlenKernel:
     return varlen_attn
 
 
+class _LastBoundaries:
+    """The boundaries of the last position_ids seen: every layer of a forward (and its activation-checkpointing
+    recompute) gets the same tensor, so they are read once per forward. Reading them waits for the GPU
+    (``nonzero``, the longest length as a Python int); once per layer that stalled the kernel queue and ate the
+    packing's gain (H100, 128 x 8 x 512: update 22.5-26.4 s against 20-22 s padded)."""
+
+    def __init__(self) -> None:
+        self.source: weakref.ref | None = None
+        self.version = -1
+        self.value: tuple[torch.Tensor, int] | None = None
+
+    def get(self, position_ids: torch.Tensor) -> tuple[torch.Tensor, int] | None:
+        same = self.source is not None and self.source() is position_ids and self.version == position_ids._version
+        return self.value if same else None
+
+    def put(self, position_ids: torch.Tensor, value: tuple[torch.Tensor, int]) -> None:
+        self.source, self.version, self.value = weakref.ref(position_ids), position_ids._version, value
+
+
+_last_boundaries = _LastBoundaries()
+
+
 def sequence_boundaries(position_ids: torch.Tensor) -> tuple[torch.Tensor, int]:
     """Cumulative sequence starts (int32, from 0 to the token count) and the longest sequence's length.
 
@@ -52,13 +75,17 @@ def sequence_boundaries(position_ids: torch.Tensor) -> tuple[torch.Tensor, int]:
             f"attn_implementation={ATTN_IMPLEMENTATION!r} reads sequence boundaries from (batch, seq) position_ids; "
             f"got shape {tuple(position_ids.shape)} (multimodal rope?): use ATTN_IMPLEMENTATION=sdpa for this model"
         )
+    cached = _last_boundaries.get(position_ids)
+    if cached is not None:
+        return cached
     flat = position_ids.reshape(-1)
     starts = flat == 0
     starts[0] = True
     start_index = starts.nonzero().flatten().to(torch.int32)
-    total = torch.tensor([flat.numel()], dtype=torch.int32, device=flat.device)
-    cu_seqlens = torch.cat([start_index, total])
-    return cu_seqlens, int(cu_seqlens.diff().max())
+    cu_seqlens = F.pad(start_index, (0, 1), value=flat.numel())  # the end, without a host-to-device copy
+    boundaries = cu_seqlens, int(cu_seqlens.diff().max())
+    _last_boundaries.put(position_ids, boundaries)
+    return boundaries
 
 
 def per_sequence_sdpa(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, cu_seqlens: torch.Tensor,
