@@ -81,10 +81,16 @@ def test_speed_knobs_map_to_verl_keys():
     assert arr.actor.use_kl_loss is False  # no KL: verl skips the reference pass
     assert fast.trainer.rollout_data_dir is None and "file" in fast.trainer.logger
     assert arr.model.use_fused_kernels is True and arr.actor.fsdp_config.model_dtype == "fp32"
-    assert arr.model.use_remove_padding is False  # sdpa: padded rows beat one block-masked packed row
+    # torch_varlen: packed micro batches (verl_ext.attention registered through external_lib), 32k tokens each
+    assert arr.model.override_config.attn_implementation == "torch_varlen" and arr.model.use_remove_padding is True
+    assert arr.model.external_lib == "verl_ext.attention" and arr.actor.ppo_max_token_len_per_gpu == 32768
+    assert arr.rollout.log_prob_max_token_len_per_gpu == arr.ref.log_prob_max_token_len_per_gpu == 32768
     flash = compose("ppo_trainer", overrides_of(dry_run(
         "openspiel-ppo.sh", RUN_PROFILE="smoke", ATTN_IMPLEMENTATION="flash_attention_2")))
-    assert flash.actor_rollout_ref.model.use_remove_padding is True
+    assert flash.actor_rollout_ref.model.use_remove_padding is True and flash.actor_rollout_ref.model.external_lib is None
+    sdpa = compose("ppo_trainer", overrides_of(dry_run("openspiel-ppo.sh", RUN_PROFILE="smoke", ATTN_IMPLEMENTATION="sdpa")))
+    assert sdpa.actor_rollout_ref.model.use_remove_padding is False  # padded rows beat one block-masked packed row
+    assert sdpa.actor_rollout_ref.actor.ppo_max_token_len_per_gpu == 16384
     plain = compose("ppo_trainer", overrides_of(dry_run(
         "openspiel-ppo.sh", RUN_PROFILE="smoke", ENFORCE_EAGER="True", USE_DYNAMIC_BSZ="0",
         BYPASS_OLD_LOG_PROB="0", KL_LOSS_COEF="0.001", GRADIENT_CHECKPOINTING="0", ROLLOUT_DUMP_DIR="/tmp/dumps",
