@@ -87,8 +87,10 @@ def test_speed_knobs_map_to_verl_keys():
     assert arr.rollout.log_prob_max_token_len_per_gpu == arr.ref.log_prob_max_token_len_per_gpu == 32768
     flash = compose("ppo_trainer", overrides_of(dry_run(
         "openspiel-ppo.sh", RUN_PROFILE="smoke", ATTN_IMPLEMENTATION="flash_attention_2")))
-    assert flash.actor_rollout_ref.model.use_remove_padding is True and flash.actor_rollout_ref.model.external_lib is None
-    sdpa = compose("ppo_trainer", overrides_of(dry_run("openspiel-ppo.sh", RUN_PROFILE="smoke", ATTN_IMPLEMENTATION="sdpa")))
+    assert flash.actor_rollout_ref.model.use_remove_padding is True
+    assert flash.actor_rollout_ref.model.external_lib is None
+    sdpa = compose("ppo_trainer", overrides_of(dry_run(
+        "openspiel-ppo.sh", RUN_PROFILE="smoke", ATTN_IMPLEMENTATION="sdpa")))
     assert sdpa.actor_rollout_ref.model.use_remove_padding is False  # padded rows beat one block-masked packed row
     assert sdpa.actor_rollout_ref.actor.ppo_max_token_len_per_gpu == 16384
     plain = compose("ppo_trainer", overrides_of(dry_run(

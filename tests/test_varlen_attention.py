@@ -132,6 +132,8 @@ def test_what_it_does_not_cover_is_an_error_naming_the_way_out():
         attention.varlen_attention_forward(layer, query, query, query, None, dropout=0.1)
     with pytest.raises(ValueError, match="sliding window of 4096: use ATTN_IMPLEMENTATION=sdpa"):
         attention.varlen_attention_forward(layer, query, query, query, None, sliding_window=4096)
+    with pytest.raises(ValueError, match="Module is bidirectional: use ATTN_IMPLEMENTATION=sdpa"):
+        attention.varlen_attention_forward(layer, query, query, query, None, is_causal=False)
 
 
 # verl's monkey patch replaces Qwen2ForCausalLM.forward for the whole process: run it in a child interpreter

@@ -131,6 +131,9 @@ def varlen_attention_forward(module: torch.nn.Module, query: torch.Tensor, key: 
     if dropout:
         raise ValueError(f"attn_implementation={ATTN_IMPLEMENTATION!r} has no attention dropout (got {dropout}); "
                          "set the model's attention_dropout to 0 or use ATTN_IMPLEMENTATION=sdpa")
+    if not kwargs.get("is_causal", getattr(module, "is_causal", True)):
+        raise ValueError(f"attn_implementation={ATTN_IMPLEMENTATION!r} covers causal (decoder) attention; "
+                         f"{type(module).__name__} is bidirectional: use ATTN_IMPLEMENTATION=sdpa for this model")
     if sliding_window is not None:
         raise ValueError(f"attn_implementation={ATTN_IMPLEMENTATION!r} covers full causal attention; layer "
                          f"{getattr(module, 'layer_idx', '?')} has a sliding window of {sliding_window}: use "
