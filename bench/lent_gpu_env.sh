@@ -12,9 +12,12 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 # sgl_kernel): the loader looks there first.
 if [[ -d "$SITE/sysdeps" ]]; then export LD_LIBRARY_PATH="$SITE/sysdeps${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"; fi
 
-# Install the chunks in $CHUNKS into $SITE (verified, offline; a second run is a no-op).
+# Install the chunks in $CHUNKS into $SITE (verified, offline; a second run is a no-op), with the bytecode written
+# unless WHEELHOUSE_BYTECODE=0 (bench/import_cost.py --compile measures what it saves).
 install_wheels() {
-  python3 -m verl_ext.wheelhouse install --chunks "$CHUNKS" --target-dir "$SITE" 2>&1 | tail -5
+  local bytecode=()
+  if [[ "${WHEELHOUSE_BYTECODE:-1}" == 0 ]]; then bytecode=(--no-bytecode); fi
+  python3 -m verl_ext.wheelhouse install --chunks "$CHUNKS" --target-dir "$SITE" ${bytecode[@]+"${bytecode[@]}"} 2>&1 | tail -5
 }
 
 # One detached job per host (bench/gpu_learning.sh, bench/speed_session.sh): two verl runs with their own Ray
@@ -67,10 +70,21 @@ session_detach() {
 
 # Run one step of a session's plan, recording its end, status and seconds in DIR/session.txt; a failing step
 # is recorded and the plan goes on: session_step DIR LABEL COMMAND
+# A step that runs longer than SESSION_STEP_TIMEOUT seconds (default 900; 0: no limit) is ended, and what it left
+# behind (Ray's processes, vLLM's engine core) with it, so that one hung run does not use up the machine's hold.
 session_step() {
-  local dir="$1" label="$2" command="$3" started=$SECONDS status=ok
+  local dir="$1" label="$2" command="$3" started=$SECONDS status=ok limit="${SESSION_STEP_TIMEOUT:-900}"
   echo "=== $label ==="
-  bash -c "$command" || status="FAILED (exit $?)"
+  if [[ "$limit" == 0 ]]; then
+    bash -c "$command" || status="FAILED (exit $?)"
+  else
+    timeout -k 20 "$limit" bash -c "$command" || status="FAILED (exit $?)"
+    if [[ "$status" == "FAILED (exit 124)" || "$status" == "FAILED (exit 137)" ]]; then
+      status="TIMED OUT after $limit s"
+      if [[ -x "$SITE/bin/ray" ]]; then "$SITE/bin/ray" stop --force > /dev/null 2>&1 || true; fi
+      pkill -9 -f 'VLLM::EngineCore|ray::' 2> /dev/null || true
+    fi
+  fi
   echo "$(date '+%F %T') $label: $status, $(( SECONDS - started )) s" | tee -a "$dir/session.txt"
 }
 

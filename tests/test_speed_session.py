@@ -149,3 +149,18 @@ def test_train_speed_compares_a_labelled_run_with_the_loads_trl_run(tmp_path):
     bad = subprocess.run(["bash", str(REPO / "bench" / "train_speed.sh"), "smoke", "compare"],
                          env={**env, "OURS_LABEL": "../x"}, capture_output=True, text=True, cwd=REPO)
     assert bad.returncode == 2 and "OURS_LABEL must be letters" in bad.stderr
+
+
+def test_a_step_past_its_time_limit_is_ended_and_recorded(tmp_path):
+    """A hung run must not hold the lent machine until its 30 minutes are up: the step ends, the next one runs."""
+    script = (f"cd {shlex.quote(str(REPO))} && source bench/lent_gpu_env.sh && "
+              f"session_step {shlex.quote(str(tmp_path))} slow 'sleep 30' && "
+              f"session_step {shlex.quote(str(tmp_path))} quick 'true' && "
+              f"SESSION_STEP_TIMEOUT=0 session_step {shlex.quote(str(tmp_path))} unlimited 'exit 3'")
+    done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "SESSION_STEP_TIMEOUT": "1", "SITE": str(tmp_path / "no-site")})
+    assert done.returncode == 0, done.stderr
+    lines = (tmp_path / "session.txt").read_text().splitlines()
+    assert lines[0].endswith("slow: TIMED OUT after 1 s, 1 s"), lines
+    assert lines[1].endswith("quick: ok, 0 s"), lines
+    assert lines[2].endswith("unlimited: FAILED (exit 3), 0 s"), lines

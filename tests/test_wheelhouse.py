@@ -28,7 +28,7 @@ from verl_ext.wheelhouse.cli import main as cli_main
 from verl_ext.wheelhouse.closure import check
 from verl_ext.wheelhouse.files import normalize, parse_filename
 from verl_ext.wheelhouse.imports import chain, scan
-from verl_ext.wheelhouse.install import MARKER, install
+from verl_ext.wheelhouse.install import MARKER, compile_bytecode, install
 from verl_ext.wheelhouse.smoke import smoke
 from verl_ext.wheelhouse.targets import load_target, parse_target
 
@@ -126,6 +126,9 @@ def test_pack_verify_install_round_trip(wheel_dir: Path, tmp_path: Path) -> None
     assert json.loads((site / MARKER).read_text())["tar_sha256"] == manifest["tar"]["sha256"]
     assert any(line.startswith("run with:  export PYTHONPATH=" + str(site)) for line in lines)
     assert not list(tmp_path.glob(".wheelhouse-files-*")), "the extracted files are cleaned up"
+    tag = sys.implementation.cache_tag
+    assert list((site / "tinya").rglob(f"__pycache__/*.{tag}.pyc")), "install writes the bytecode"
+    assert any(line.startswith("bytecode written in ") for line in lines)
 
     again: list[str] = []
     install(out, site, log=again.append)  # same tar: nothing to do
@@ -135,6 +138,26 @@ def test_pack_verify_install_round_trip(wheel_dir: Path, tmp_path: Path) -> None
     assert smoke(site, modules=["tinya", "tinyc", "tiny_nowhere"], log=smoked.append) == 1
     assert smoked[0].startswith("ok   tinya") and smoked[1].startswith("ok   tinyc")
     assert any(line.startswith("FAIL tiny_nowhere") and "ModuleNotFoundError" in line for line in smoked)
+
+
+def test_bytecode_is_optional_and_bad_files_do_not_fail_it(wheel_dir: Path, tmp_path: Path,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    out, site = tmp_path / "chunks", tmp_path / "site"
+    pack(wheel_dir, out, chunk_mib=CHUNK_MIB, log=lambda _: None)
+    install(out, site, bytecode=False, log=lambda _: None)
+    assert not list(site.rglob("*.pyc")), "--no-bytecode leaves the sources alone"
+
+    (site / "tinya" / "template.py").write_text("def broken(:\n")  # e.g. a code template a wheel ships
+    lines: list[str] = []
+    seconds = compile_bytecode(sys.executable, site, log=lines.append)
+    assert seconds >= 0 and lines[-1].startswith("bytecode written in ")
+    assert any("template.py" in line for line in lines), lines  # named, not raised
+    tag = sys.implementation.cache_tag
+    assert (site / "tinya" / "__pycache__" / f"__init__.{tag}.pyc").is_file()
+
+    assert cli_main(["compile", "--target-dir", str(tmp_path / "nowhere")]) == 2
+    assert "nowhere is not a directory" in capsys.readouterr().err
+    assert cli_main(["compile", "--target-dir", str(site)]) == 0
 
 
 def test_smoke_reports_attempted_imports_of_skipped_packages(tmp_path: Path) -> None:

@@ -69,11 +69,21 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 def _cmd_install(args: argparse.Namespace) -> int:
     from verl_ext.wheelhouse.install import install
 
-    install(args.chunks, args.target_dir, python=args.python, force=args.force, log=_print)
+    install(args.chunks, args.target_dir, python=args.python, force=args.force, bytecode=args.bytecode, log=_print)
     if args.smoke:
         from verl_ext.wheelhouse.smoke import smoke
 
         return 1 if smoke(args.target_dir, python=args.python, log=_print) else 0
+    return 0
+
+
+def _cmd_compile(args: argparse.Namespace) -> int:
+    from verl_ext.wheelhouse.install import compile_bytecode
+
+    if not args.target_dir.is_dir():
+        print(f"ERROR --target-dir {args.target_dir} is not a directory", file=sys.stderr)
+        return 2
+    compile_bytecode(args.python, args.target_dir, log=_print)
     return 0
 
 
@@ -180,7 +190,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--python", default=sys.executable, help="interpreter whose pip installs (default: this one)")
     p.add_argument("--force", action="store_true", help="install even if this tar is already installed there")
     p.add_argument("--smoke", action="store_true", help="then import the target's [smoke] modules (see `smoke`)")
+    p.add_argument("--no-bytecode", dest="bytecode", action="store_false",
+                   help="skip writing .pyc files (every process then compiles the sources it imports)")
     p.set_defaults(func=_cmd_install)
+
+    p = sub.add_parser("compile", help="write the .pyc files of an install dir on every core (compileall)")
+    p.add_argument("--target-dir", type=Path, required=True, help="the dir `install` filled, e.g. /tmp/site")
+    p.add_argument("--python", default=sys.executable, help="interpreter whose bytecode to write (default: this one)")
+    p.set_defaults(func=_cmd_compile)
 
     p = sub.add_parser("smoke", help="import the target's key modules from the install dir with the target env")
     p.add_argument("--target-dir", type=Path, required=True, help="the dir `install` filled, e.g. /tmp/site")

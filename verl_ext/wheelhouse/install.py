@@ -2,6 +2,9 @@
 
 All files go to pip in one call (`--no-index --no-deps --no-compile --no-build-isolation --upgrade`): the sdists
 are built against the image's setuptools, and one call keeps every package's scripts in the same `bin/`.
+Then `compileall` writes the bytecode of the whole target on every core (pip's own compile step is serial): a
+process that imports verl, vLLM and transformers from source files without `.pyc` compiles them again every
+time, and images that set PYTHONDONTWRITEBYTECODE=1 (the lent GPU machine's does) never cache it.
 A marker file in the target dir records the installed tar's sha256, so a repeated install is a no-op.
 """
 
@@ -31,6 +34,27 @@ def pip_install_command(python: str, target_dir: Path, files: list[Path]) -> lis
     ]  # fmt: skip
 
 
+def compile_bytecode_command(python: str, target_dir: Path) -> list[str]:
+    """`compileall` over the install dir with one worker per core, printing only the files it cannot compile."""
+    return [python, "-m", "compileall", "-q", "-j", "0", str(target_dir)]
+
+
+def compile_bytecode(python: str, target_dir: Path, log: Log = print) -> float:
+    """Write `.pyc` files for everything under `target_dir`; returns the seconds it took.
+
+    Some wheels ship files that are not valid Python for this interpreter (templates, test data); compileall
+    reports them and carries on, so a non-zero exit is logged with its first lines, not raised."""
+    t0 = time.monotonic()
+    proc = subprocess.run(compile_bytecode_command(python, target_dir), capture_output=True, text=True, check=False)
+    seconds = time.monotonic() - t0
+    if proc.returncode != 0:
+        lines = [line for line in (proc.stdout + proc.stderr).splitlines() if line.strip()]
+        shown = "\n  ".join(lines[:6])
+        log(f"compileall: {len(lines)} line(s) of complaints (files that are not Python for {python}), e.g.:\n  {shown}")
+    log(f"bytecode written in {seconds:.1f} s")
+    return seconds
+
+
 def env_lines(manifest: dict[str, Any], target_dir: Path) -> list[str]:
     """`KEY=value` lines of the target's env with "{site}" replaced by the install dir."""
     env = ((manifest.get("target") or {}).get("env")) or {"PYTHONPATH": "{site}"}
@@ -52,9 +76,11 @@ def install(
     *,
     python: str = sys.executable,
     force: bool = False,
+    bytecode: bool = True,
     log: Log = print,
 ) -> dict[str, Any]:
-    """Verify, reassemble, extract and pip-install the chunk dir into `target_dir`; returns the manifest."""
+    """Verify, reassemble, extract and pip-install the chunk dir into `target_dir`, then (with `bytecode`) write
+    the `.pyc` files; returns the manifest."""
     start = time.monotonic()
     manifest = load_manifest(chunks)
     marker = target_dir / MARKER
@@ -82,6 +108,8 @@ def install(
             tail = "\n  ".join((proc.stderr or proc.stdout).strip().splitlines()[-15:])
             raise WheelhouseError(f"pip install failed (exit {proc.returncode}):\n  {tail}")
         log(f"pip finished in {time.monotonic() - t0:.1f} s")
+    if bytecode:
+        compile_bytecode(python, target_dir, log=log)
     record = {"tar_sha256": manifest["tar"]["sha256"], "files": len(manifest["files"]),
               "manifest_created": manifest.get("created"), "target": manifest.get("target")}  # fmt: skip
     marker.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
