@@ -81,14 +81,24 @@ def test_speed_knobs_map_to_verl_keys():
     assert arr.actor.use_kl_loss is False  # no KL: verl skips the reference pass
     assert fast.trainer.rollout_data_dir is None and "file" in fast.trainer.logger
     assert arr.model.use_fused_kernels is True and arr.actor.fsdp_config.model_dtype == "fp32"
-    # torch_varlen: packed micro batches (verl_ext.attention registered through external_lib), 32k tokens each
+    # torch_varlen: packed micro batches (verl_ext.attention registered through external_lib), 64k tokens each;
+    # the merged LoRA sync's backup in reused pinned buffers (verl_ext.lora_backup, same import)
     assert arr.model.override_config.attn_implementation == "torch_varlen" and arr.model.use_remove_padding is True
-    assert arr.model.external_lib == "verl_ext.attention" and arr.actor.ppo_max_token_len_per_gpu == 32768
-    assert arr.rollout.log_prob_max_token_len_per_gpu == arr.ref.log_prob_max_token_len_per_gpu == 32768
+    assert list(arr.model.external_lib) == ["verl_ext.attention", "verl_ext.lora_backup"]
+    assert arr.actor.ppo_max_token_len_per_gpu == 65536
+    assert arr.rollout.log_prob_max_token_len_per_gpu == arr.ref.log_prob_max_token_len_per_gpu == 65536
+    # vLLM stays resident between rollouts (no sleep/wake a step); SGLang keeps verl's sleep (not measured)
+    assert arr.rollout.free_cache_engine is False
+    sglang = compose("ppo_trainer", overrides_of(dry_run("openspiel-ppo.sh", RUN_PROFILE="smoke",
+                                                          ROLLOUT_BACKEND="sglang")))
+    assert sglang.actor_rollout_ref.rollout.free_cache_engine is True
+    sleeping = compose("ppo_trainer", overrides_of(dry_run("openspiel-ppo.sh", RUN_PROFILE="smoke",
+                                                            ROLLOUT_FREE_CACHE="1")))
+    assert sleeping.actor_rollout_ref.rollout.free_cache_engine is True
     flash = compose("ppo_trainer", overrides_of(dry_run(
         "openspiel-ppo.sh", RUN_PROFILE="smoke", ATTN_IMPLEMENTATION="flash_attention_2")))
     assert flash.actor_rollout_ref.model.use_remove_padding is True
-    assert flash.actor_rollout_ref.model.external_lib is None
+    assert flash.actor_rollout_ref.model.external_lib == "verl_ext.lora_backup"
     sdpa = compose("ppo_trainer", overrides_of(dry_run(
         "openspiel-ppo.sh", RUN_PROFILE="smoke", ATTN_IMPLEMENTATION="sdpa")))
     assert sdpa.actor_rollout_ref.model.use_remove_padding is False  # padded rows beat one block-masked packed row

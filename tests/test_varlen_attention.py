@@ -199,16 +199,19 @@ def test_verls_model_config_registers_it_in_a_fresh_process_through_external_lib
         model_config = omega_conf_to_dataclass(cfg.actor_rollout_ref.model)
         model = AutoModelForCausalLM.from_pretrained({str(model_dir)!r}, config=model_config.hf_config)
         print("ATTN", model.config._attn_implementation)
+        from verl.utils import fsdp_utils
+        print("BACKUP", fsdp_utils.backup_base_model_weights.__module__)
     """)
     from test_train_scripts import dry_run, overrides_of
 
     overrides = overrides_of(dry_run("openspiel-ppo.sh", RUN_PROFILE="smoke", MODEL_PATH=str(model_dir),
                                      ATTN_IMPLEMENTATION="torch_varlen"))
     assert "actor_rollout_ref.model.use_remove_padding=True" in overrides
-    assert "actor_rollout_ref.model.external_lib=verl_ext.attention" in overrides
+    assert "actor_rollout_ref.model.external_lib=[verl_ext.attention,verl_ext.lora_backup]" in overrides
     result = subprocess.run([sys.executable, "-c", script, *overrides], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "ATTN torch_varlen" in result.stdout
+    assert "BACKUP verl_ext.lora_backup" in result.stdout  # the merged LoRA sync's backup, same import
 
 
 def test_preflight_names_a_torch_varlen_model_config_that_cannot_register_it():

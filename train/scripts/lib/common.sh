@@ -156,19 +156,40 @@ grpo_args() {
     : "${LR:=1e-6}"
     local lora_rank=0
   fi
-  local layered=False dynamic=False bypass=False checkpointing=False use_kl=True remove_padding fused external_lib
+  # The merged sync's base-weight backup (ENABLE_LORA=1, ROLLOUT_LORA_MERGE=1): "pinned" reuses page-locked host
+  # buffers (verl_ext/lora_backup.py; H100, 0.5B: the backup and restore 0.84 -> 0.06 s a step), "verl" keeps
+  # verl's fresh pageable copy every step (no host memory held between steps).
+  : "${LORA_MERGE_BACKUP:=pinned}"
+  require_choice LORA_MERGE_BACKUP "$LORA_MERGE_BACKUP" pinned verl
+  # vLLM stays resident between rollouts (verl's free_cache_engine=False): no sleep after generation, no wake
+  # and KV-cache rebuild before the next. H100, 128 x 8 x 512, with the 64k budget below: step 42.8 -> 33.7 s
+  # (generation 27.3 -> 20.9 s) in one session; the actor then trains beside vLLM's GPU_MEMORY_UTILIZATION
+  # share. 1: vLLM sleeps while the actor trains (verl's default; for models whose update needs that memory).
+  # SGLang keeps 1: resident SGLang was not measured.
+  local free_cache_default=0
+  [[ "$ROLLOUT_BACKEND" == sglang ]] && free_cache_default=1
+  : "${ROLLOUT_FREE_CACHE:=$free_cache_default}"
+  require_choice ROLLOUT_FREE_CACHE "$ROLLOUT_FREE_CACHE" 0 1
+  local layered=False dynamic=False bypass=False checkpointing=False use_kl=True free_cache=False
+  local remove_padding fused external_lib
   log_prob_flags  # sets remove_padding, fused, external_lib
-  # Tokens per micro batch (at least one whole sequence). Packed micro batches cost little more at 32k than at
-  # 16k (H100 micro-batch bench: 0.46 -> 0.53 s, twice the tokens; padded rows: 0.45 -> 0.80 s), so packing
-  # gets twice verl's 16k; 0.5B LoRA with checkpointing peaked at 5.4 GB there.
+  if [[ "$ENABLE_LORA" == "1" && "$ROLLOUT_LORA_MERGE" == "1" && "$LORA_MERGE_BACKUP" == pinned ]]; then
+    external_lib="${external_lib:+$external_lib,}verl_ext.lora_backup"
+  fi
+  [[ "$external_lib" == *,* ]] && external_lib="[$external_lib]"
+  # Tokens per micro batch (at least one whole sequence). Packed micro batches do not pay for padding, so a
+  # bigger budget costs little more per micro batch (H100 micro-batch bench: 16k 0.46 s, 32k 0.53 s, 64k 0.96 s;
+  # padded rows: 16k 0.45 s, 32k 0.80 s): packing gets 64k (0.5B LoRA with checkpointing: 8.7 GB), padded rows
+  # verl's 16k.
   local seq_len=$(( MAX_PROMPT_LENGTH + MAX_RESPONSE_LENGTH )) budget=16384
-  [[ "$USE_REMOVE_PADDING" == "1" ]] && budget=32768
+  [[ "$USE_REMOVE_PADDING" == "1" ]] && budget=65536
   : "${MAX_TOKEN_LEN_PER_GPU:=$(( seq_len > budget ? seq_len : budget ))}"
   [[ "$LAYERED_SUMMON" == "1" ]] && layered=True
   [[ "$USE_DYNAMIC_BSZ" == "1" ]] && dynamic=True
   [[ "$BYPASS_OLD_LOG_PROB" == "1" ]] && bypass=True
   [[ "$GRADIENT_CHECKPOINTING" == "1" ]] && checkpointing=True
   [[ "$kl_on" == "0" ]] && use_kl=False  # KL off: verl then skips the reference forward pass
+  [[ "$ROLLOUT_FREE_CACHE" == "1" ]] && free_cache=True
   ARGS=(
     algorithm.adv_estimator=grpo
     data.custom_cls.path=pkg://verl_ext.dataset
@@ -208,6 +229,7 @@ grpo_args() {
     actor_rollout_ref.rollout.name="$ROLLOUT_BACKEND"
     actor_rollout_ref.rollout.n="$ROLLOUT_N"
     actor_rollout_ref.rollout.gpu_memory_utilization="$GPU_MEMORY_UTILIZATION"
+    actor_rollout_ref.rollout.free_cache_engine="$free_cache"
     actor_rollout_ref.rollout.tensor_model_parallel_size="$TENSOR_PARALLEL_SIZE"
     actor_rollout_ref.rollout.enforce_eager="$ENFORCE_EAGER"
     actor_rollout_ref.rollout.load_format=safetensors
