@@ -13,7 +13,7 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 if [[ -d "$SITE/sysdeps" ]]; then export LD_LIBRARY_PATH="$SITE/sysdeps${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"; fi
 
 # Install the chunks in $CHUNKS into $SITE (verified, offline; a second run is a no-op), with the bytecode written
-# unless WHEELHOUSE_BYTECODE=0 (bench/import_cost.py --compile measures what it saves).
+# unless WHEELHOUSE_BYTECODE=0 (to time imports without it: bench/import_cost.py, then `wheelhouse compile`).
 install_wheels() {
   local bytecode=()
   if [[ "${WHEELHOUSE_BYTECODE:-1}" == 0 ]]; then bytecode=(--no-bytecode); fi

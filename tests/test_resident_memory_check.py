@@ -13,6 +13,10 @@ from test_train_scripts import dry_run, overrides_of
 H100 = int(79.6 * GIB)
 
 
+def h100() -> int:
+    return H100
+
+
 def qwen2_folder(tmp_path, name: str, **shape) -> str:
     from transformers import Qwen2Config
 
@@ -54,23 +58,28 @@ def test_lower_bound_counts_sharded_weights_states_and_checkpoints():
 
 def test_the_measured_half_b_lora_run_passes_and_a_seven_b_one_is_refused(shapes):
     small, seven = shapes
-    assert check_resident_rollout(config(small), H100) == []  # ran on the H100: 8.7 GB actor beside 0.6 x 80 GB
-    problems = check_resident_rollout(config(seven), H100)
+    assert check_resident_rollout(config(small), h100) == []  # ran on the H100: 8.7 GB actor beside 0.6 x 80 GB
+    problems = check_resident_rollout(config(seven), h100)
     assert len(problems) == 1 and problems[0].startswith(
         "ROLLOUT_FREE_CACHE=0 (actor_rollout_ref.rollout.free_cache_engine=False) keeps vLLM resident with "
         "GPU_MEMORY_UTILIZATION=0.6 of each 79.6 GiB GPU, leaving 31.8 GiB for the actor's update; the actor needs "
         "at least 40.6 GiB there (7.62B parameters in fp32, LoRA: the frozen weights, sharded over 1 GPU(s)")
     assert "Set ROLLOUT_FREE_CACHE=1" in problems[0]
     # each way out passes: vLLM sleeps, a smaller share, more GPUs to shard over
-    assert check_resident_rollout(config(seven, ROLLOUT_FREE_CACHE="1"), H100) == []
-    assert check_resident_rollout(config(seven, GPU_MEMORY_UTILIZATION="0.3"), H100) == []
-    assert check_resident_rollout(config(seven, N_GPUS_PER_NODE="8"), H100) == []
+    assert check_resident_rollout(config(seven, ROLLOUT_FREE_CACHE="1"), h100) == []
+    assert check_resident_rollout(config(seven, GPU_MEMORY_UTILIZATION="0.3"), h100) == []
+    assert check_resident_rollout(config(seven, N_GPUS_PER_NODE="8"), h100) == []
     # SGLang keeps verl's sleep by default; a CPU machine (no GPU memory known) checks nothing
-    assert check_resident_rollout(config(seven, ROLLOUT_BACKEND="sglang"), H100) == []
-    assert check_resident_rollout(config(seven), None) == []
+    assert check_resident_rollout(config(seven, ROLLOUT_BACKEND="sglang"), h100) == []
+    assert check_resident_rollout(config(seven), lambda: None) == []
+
+    def never() -> int:
+        raise AssertionError("the GPU is queried only when vLLM stays resident")
+
+    assert check_resident_rollout(config(seven, ROLLOUT_FREE_CACHE="1"), never) == []
 
 
 def test_a_full_finetune_counts_gradients_and_optimizer_states(shapes):
     small, _ = shapes
-    problems = check_resident_rollout(config(small, ENABLE_LORA="0", GPU_MEMORY_UTILIZATION="0.9"), H100)
+    problems = check_resident_rollout(config(small, ENABLE_LORA="0", GPU_MEMORY_UTILIZATION="0.9"), h100)
     assert len(problems) == 1 and "full fine-tune: weights, gradients and Adam states" in problems[0]

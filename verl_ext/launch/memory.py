@@ -12,10 +12,9 @@ this check is no promise; failing it is.
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 GIB = 1024**3
 DTYPE_BYTES = {"fp32": 4, "float32": 4, "bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2}
@@ -55,9 +54,9 @@ def model_shape(path: str) -> tuple[int, int, int] | None:
         params = sum(p.numel() for p in model.parameters())
     except Exception:  # noqa: BLE001  (a custom architecture: leave it to the run)
         return None
-    text = (json.loads((local / "config.json").read_text()).get("text_config") or {})
-    hidden = getattr(config, "hidden_size", None) or text.get("hidden_size")
-    layers = getattr(config, "num_hidden_layers", None) or text.get("num_hidden_layers")
+    text = config.get_text_config()  # the language model's own config (itself for text-only models)
+    hidden = getattr(text, "hidden_size", None)
+    layers = getattr(text, "num_hidden_layers", None)
     if not hidden or not layers:
         return None
     return params, int(hidden), int(layers)
@@ -72,12 +71,14 @@ def actor_lower_bound_bytes(params: int, hidden: int, layers: int, *, dtype_byte
     return weights + checkpoints
 
 
-def check_resident_rollout(cfg: Any, gpu_total_bytes: int | None) -> list[str]:
-    """A problem when vLLM stays resident and the actor's lower bound exceeds what it leaves on each GPU."""
+def check_resident_rollout(cfg: Any, gpu_total_bytes: Callable[[], int | None] = gpu_memory_bytes) -> list[str]:
+    """A problem when vLLM stays resident and the actor's lower bound exceeds what it leaves on each GPU.
+    ``gpu_total_bytes`` is asked only when the config keeps vLLM resident (None: no GPU known, nothing checked)."""
     rollout = cfg.actor_rollout_ref.rollout
-    if gpu_total_bytes is None or rollout.name != "vllm" or rollout.get("free_cache_engine", True):
+    if rollout.name != "vllm" or rollout.get("free_cache_engine", True):
         return []
-    shape = model_shape(str(cfg.actor_rollout_ref.model.path))
+    total = gpu_total_bytes()
+    shape = model_shape(str(cfg.actor_rollout_ref.model.path)) if total is not None else None
     if shape is None:
         return []
     params, hidden, layers = shape
@@ -91,12 +92,12 @@ def check_resident_rollout(cfg: Any, gpu_total_bytes: int | None) -> list[str]:
     need = actor_lower_bound_bytes(params, hidden, layers, dtype_bytes=DTYPE_BYTES.get(dtype, 4),
                                    full_finetune=full, world_size=world, tokens=tokens)
     share = float(rollout.gpu_memory_utilization)
-    left = int(gpu_total_bytes * (1 - share))
+    left = int(total * (1 - share))
     if need <= left:
         return []
     what = "full fine-tune: weights, gradients and Adam states" if full else "LoRA: the frozen weights"
     return [f"ROLLOUT_FREE_CACHE=0 (actor_rollout_ref.rollout.free_cache_engine=False) keeps vLLM resident with "
-            f"GPU_MEMORY_UTILIZATION={share} of each {gpu_total_bytes / GIB:.1f} GiB GPU, leaving "
+            f"GPU_MEMORY_UTILIZATION={share} of each {total / GIB:.1f} GiB GPU, leaving "
             f"{left / GIB:.1f} GiB for the actor's update; the actor needs at least {need / GIB:.1f} GiB there "
             f"({params / 1e9:.2f}B parameters in {dtype}, {what}, sharded over {world} GPU(s), plus checkpointed "
             f"activations of {tokens} tokens x {hidden} x {layers} layers). Set ROLLOUT_FREE_CACHE=1 (vLLM sleeps "

@@ -118,9 +118,9 @@ def check_ppo(cfg: Any, check_imports: bool = True, environ: Mapping[str, str] |
     problems += sampler_problems(cfg)
     problems += check_switches(cfg, os.environ if environ is None else environ, check_imports)
     if check_imports:  # the GPU's memory is only known on the GPU machine
-        from verl_ext.launch.memory import check_resident_rollout, gpu_memory_bytes
+        from verl_ext.launch.memory import check_resident_rollout
 
-        problems += check_resident_rollout(cfg, gpu_memory_bytes())
+        problems += check_resident_rollout(cfg)
     return problems
 
 

@@ -101,7 +101,7 @@ grpo_args() {
   require_choice ENABLE_LORA "$ENABLE_LORA" 1 0
   : "${LORA_RANK:=32}" "${LORA_ALPHA:=32}" "${LORA_TARGET_MODULES:=all-linear}" "${LORA_ADAPTER_PATH:=}"
   # torch_varlen: padding-free micro batches with PyTorch's own varlen kernel (verl_ext/attention.py); H100,
-  # 128 x 8 x 512 with the 32k token budget below: update 20-22 s -> 11.9 s, step 0.95x -> 0.71x TRL's
+  # 128 x 8 x 512 with a 32k token budget (64k now, below): update 20-22 s -> 11.9 s, step 0.95x -> 0.71x TRL's
   # (docs/speed.md). sdpa runs padded rows; flash_attention_2 needs flash-attn.
   : "${LAYERED_SUMMON:=0}" "${ATTN_IMPLEMENTATION:=torch_varlen}"
   # Speed defaults, chosen by measurement (docs/training.md "Speed"): CUDA graphs in vLLM, token-budget
