@@ -141,6 +141,11 @@ def run_variant(name: str, args: argparse.Namespace, device: torch.device) -> Re
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats()
         for i in range(args.warmup + args.iters):
+            if args.empty_cache_between and device.type == "cuda":
+                # verl's weight sync empties the actor's allocator cache between two updates
+                # (engine_workers.py update_weights): the next update allocates its memory anew
+                torch.cuda.synchronize()
+                torch.cuda.empty_cache()
             start = time.perf_counter()
             train_step(model, optimizer, batch, autocast)
             if device.type == "cuda":
@@ -215,6 +220,8 @@ def main() -> None:
     parser.add_argument("--profile", default="verl_default", help="variant to profile one step of ('' for none)")
     parser.add_argument("--profile-out", default="actor_update_profile.txt")
     parser.add_argument("--out", default="actor_update_bench.json")
+    parser.add_argument("--empty-cache-between", action="store_true",
+                        help="empty the CUDA allocator cache before every step, as verl's weight sync does")
     parser.add_argument("--check-varlen", action="store_true",
                         help="first compare torch_varlen on the packed batch with SDPA on padded rows")
     args = parser.parse_args()
@@ -233,7 +240,9 @@ def main() -> None:
     if owns_group:  # FSDP2 needs a process group, even for one device
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
     summary: dict = {"device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
-                     "torch": torch.__version__, "tokens_budget": args.tokens}
+                     "torch": torch.__version__, "tokens_budget": args.tokens,
+                     "sequence_lengths": [args.min_len, args.max_len],
+                     "empty_cache_between": args.empty_cache_between}
     if args.check_varlen:
         summary["varlen_check"] = check_varlen(args, device)
         print(json.dumps(summary["varlen_check"]), flush=True)
