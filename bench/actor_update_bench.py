@@ -20,28 +20,44 @@ import random
 import statistics
 import time
 from dataclasses import asdict, dataclass
+from typing import NamedTuple
 
 import torch
 import torch.distributed as dist
 
 import verl_ext.attention  # noqa: F401  (registers attn_implementation="torch_varlen")
 
-VARIANTS: dict[str, tuple[str, bool, bool, str, bool]] = {
-    # name: (model_dtype, fsdp, packed, attn_implementation, gradient_checkpointing)
-    "verl_default": ("fp32", True, True, "sdpa", True),
-    "padded": ("fp32", True, False, "sdpa", True),
-    "packed_no_checkpointing": ("fp32", True, True, "sdpa", False),
-    "padded_no_checkpointing": ("fp32", True, False, "sdpa", False),
-    "bf16_weights_packed": ("bf16", True, True, "sdpa", True),
-    "bf16_weights_padded": ("bf16", True, False, "sdpa", True),
-    "no_fsdp_bf16_padded": ("bf16", False, False, "sdpa", True),
+class Variant(NamedTuple):
+    """How the actor is held and fed: verl's FSDP2 engine keys in brackets."""
+
+    model_dtype: str  # fp32 master weights with bf16 compute, or bf16 (fsdp_config.model_dtype)
+    fsdp: bool  # fully_shard per decoder layer and the root, or a plain module under autocast
+    packed: bool  # one padding-free row (model.use_remove_padding) or padded rows
+    attn: str  # attn_implementation
+    checkpointing: bool  # model.enable_gradient_checkpointing
+    reshard_after_forward: bool = True  # fsdp_config.reshard_after_forward (verl's default True)
+
+
+VARIANTS: dict[str, Variant] = {
+    "verl_default": Variant("fp32", True, True, "sdpa", True),
+    "padded": Variant("fp32", True, False, "sdpa", True),
+    "packed_no_checkpointing": Variant("fp32", True, True, "sdpa", False),
+    "padded_no_checkpointing": Variant("fp32", True, False, "sdpa", False),
+    "bf16_weights_packed": Variant("bf16", True, True, "sdpa", True),
+    "bf16_weights_padded": Variant("bf16", True, False, "sdpa", True),
+    "no_fsdp_bf16_padded": Variant("bf16", False, False, "sdpa", True),
     # PyTorch's own varlen kernel over the packed row (verl_ext.attention): padding-free without flash-attn
-    "packed_varlen": ("fp32", True, True, "torch_varlen", True),
-    "packed_varlen_no_checkpointing": ("fp32", True, True, "torch_varlen", False),
+    "packed_varlen": Variant("fp32", True, True, "torch_varlen", True),
+    "packed_varlen_no_checkpointing": Variant("fp32", True, True, "torch_varlen", False),
+    # one GPU: resharding after forward frees nothing (the shard is the whole parameter) but costs a second
+    # unshard (copy + cast) per layer in backward
+    "packed_varlen_no_reshard": Variant("fp32", True, True, "torch_varlen", True, reshard_after_forward=False),
+    "bf16_weights_packed_varlen": Variant("bf16", True, True, "torch_varlen", True),
+    "no_fsdp_bf16_packed_varlen": Variant("bf16", False, True, "torch_varlen", True),
 }
-OPTIONAL_VARIANTS: dict[str, tuple[str, bool, bool, str, bool]] = {
+OPTIONAL_VARIANTS: dict[str, Variant] = {
     # torch.compile of flex attention ran for minutes on the H100 before the first step: opt-in only
-    "packed_flex_attention": ("fp32", True, True, "flex_attention", True),
+    "packed_flex_attention": Variant("fp32", True, True, "flex_attention", True),
 }
 ALL_VARIANTS = {**VARIANTS, **OPTIONAL_VARIANTS}
 
@@ -69,7 +85,7 @@ def sequence_lengths(total_tokens: int, low: int, high: int, seed: int) -> list[
 
 
 def build_model(path: str, model_dtype: str, attn: str, checkpointing: bool, use_fsdp: bool,
-                lora_rank: int, device: torch.device) -> torch.nn.Module:
+                lora_rank: int, device: torch.device, reshard_after_forward: bool = True) -> torch.nn.Module:
     """The actor as verl's FSDP engine builds it (see module docstring)."""
     from peft import LoraConfig, TaskType, get_peft_model
     from transformers import AutoModelForCausalLM
@@ -94,8 +110,8 @@ def build_model(path: str, model_dtype: str, attn: str, checkpointing: bool, use
         layer_classes = tuple(type(m) for m in model.modules() if type(m).__name__.endswith("DecoderLayer"))
         for module in model.modules():
             if isinstance(module, layer_classes):
-                fully_shard(module, mp_policy=policy)
-        fully_shard(model, mp_policy=policy)
+                fully_shard(module, mp_policy=policy, reshard_after_forward=reshard_after_forward)
+        fully_shard(model, mp_policy=policy, reshard_after_forward=reshard_after_forward)
     return model
 
 
@@ -130,10 +146,11 @@ def train_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: 
 
 
 def run_variant(name: str, args: argparse.Namespace, device: torch.device) -> Result:
-    model_dtype, use_fsdp, packed, attn, checkpointing = ALL_VARIANTS[name]
+    model_dtype, use_fsdp, packed, attn, checkpointing, reshard = ALL_VARIANTS[name]
     lengths = sequence_lengths(args.tokens, args.min_len, args.max_len, args.seed)
     try:
-        model = build_model(args.model, model_dtype, attn, checkpointing, use_fsdp, args.lora_rank, device)
+        model = build_model(args.model, model_dtype, attn, checkpointing, use_fsdp, args.lora_rank, device,
+                            reshard_after_forward=reshard)
         optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-5)
         batch = make_batch(lengths, packed, model.config.vocab_size, device)
         autocast = not use_fsdp  # FSDP2's policy casts; without it, autocast gives the same bf16 compute

@@ -36,6 +36,28 @@ def test_trace_top_totals_a_real_torch_trace(tmp_path):
     assert "| aten::log_softmax |" in report and "| micro_batch0 |" in report
 
 
+def test_span_summary_separates_gpu_busy_time_from_cpu_issue_time():
+    # a 10 ms region: two overlapping kernels (1.0-3.0 and 2.0-4.0 ms) and a copy (6.0-6.5 ms) keep the GPU busy
+    # 3.5 ms; one sync waits 0.2 ms; work outside the region (a kernel at 20 ms) does not count
+    def event(cat, name, ts_ms, dur_ms):
+        return {"ph": "X", "cat": cat, "name": name, "ts": ts_ms * 1000, "dur": dur_ms * 1000}
+
+    events = [event("user_annotation", "actor_update", 0, 10), event("user_annotation", "actor_update", 50, 1),
+              event("kernel", "gemm", 1, 2), event("kernel", "gemm", 2, 2), event("gpu_memcpy", "DtoH", 6, 0.5),
+              event("kernel", "late", 20, 5), event("cpu_op", "aten::mm", 0.5, 0.1),
+              event("cpu_op", "aten::item", 5, 0.3), event("cuda_runtime", "cudaLaunchKernel", 0.6, 0.01),
+              event("cuda_runtime", "cudaLaunchKernel", 0.7, 0.01), event("cuda_runtime", "cudaStreamSynchronize", 5, 0.2)]
+    summary = trace_top.span_summary(events, "actor_update")
+    assert summary is not None
+    assert summary["span_ms"] == 10 and abs(summary["gpu_busy_ms"] - 3.5) < 1e-9
+    assert abs(summary["gpu_busy_share"] - 0.35) < 1e-9
+    assert (summary["cpu_ops"], summary["kernel_launches"], summary["syncs"]) == (2, 2, 1)
+    assert abs(summary["sync_wait_ms"] - 0.2) < 1e-9
+    assert trace_top.span_summary(events, "update_weights") is None
+    assert "GPU busy 3.5 ms (35 %)" in trace_top.render_span("actor_update", summary)
+    assert "not in this trace" in trace_top.render_span("update_weights", None)
+
+
 def test_micro_batch_lengths_fill_the_token_budget():
     lengths = actor_update_bench.sequence_lengths(16384, 150, 660, seed=0)
     assert sum(lengths) <= 16384 and sum(lengths) > 16384 - 660
@@ -63,7 +85,7 @@ def test_actor_update_bench_runs_each_variant_on_cpu(tmp_path, monkeypatch):
     out = tmp_path / "bench.json"
     sys_argv = ["actor_update_bench.py", "--model", str(model_dir), "--device", "cpu", "--tokens", "96",
                 "--min-len", "16", "--max-len", "40", "--warmup", "0", "--iters", "1",
-                "--variants", "verl_default,padded,no_fsdp_bf16_padded,packed_varlen", "--profile", "padded",
+                "--variants", "verl_default,padded,no_fsdp_bf16_padded,packed_varlen,packed_varlen_no_reshard", "--profile", "padded",
                 "--profile-out", str(tmp_path / "profile.txt"), "--out", str(out), "--check-varlen"]
     old_argv, sys.argv = sys.argv, sys_argv
     try:
@@ -72,7 +94,8 @@ def test_actor_update_bench_runs_each_variant_on_cpu(tmp_path, monkeypatch):
         sys.argv = old_argv
     summary = json.loads(out.read_text())
     results = summary["results"]
-    assert [r["variant"] for r in results] == ["verl_default", "padded", "no_fsdp_bf16_padded", "packed_varlen"]
+    assert [r["variant"] for r in results] == ["verl_default", "padded", "no_fsdp_bf16_padded", "packed_varlen",
+                                            "packed_varlen_no_reshard"]
     # the packed row under torch_varlen gives the padded rows' log-probs (bf16 model, SDPA per sequence on CPU)
     check = summary["varlen_check"]
     assert check["tokens"] <= 96 and check["max_abs_logprob_diff"] < 0.05
