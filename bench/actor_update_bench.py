@@ -36,6 +36,7 @@ class Variant(NamedTuple):
     attn: str  # attn_implementation
     checkpointing: bool  # model.enable_gradient_checkpointing
     reshard_after_forward: bool = True  # fsdp_config.reshard_after_forward (verl's default True)
+    wrap_layers: bool = True  # fully_shard each decoder layer too, or the root alone (one FSDP unit)
 
 
 VARIANTS: dict[str, Variant] = {
@@ -54,6 +55,9 @@ VARIANTS: dict[str, Variant] = {
     "packed_varlen_no_reshard": Variant("fp32", True, True, "torch_varlen", True, reshard_after_forward=False),
     "bf16_weights_packed_varlen": Variant("bf16", True, True, "torch_varlen", True),
     "no_fsdp_bf16_packed_varlen": Variant("bf16", False, True, "torch_varlen", True),
+    # one FSDP unit for the whole model (verl: fsdp_config.wrap_policy.transformer_layer_cls_to_wrap naming no
+    # class): no per-layer hooks, the whole bf16 copy unsharded through forward and backward
+    "packed_varlen_root_only": Variant("fp32", True, True, "torch_varlen", True, wrap_layers=False),
 }
 OPTIONAL_VARIANTS: dict[str, Variant] = {
     # torch.compile of flex attention ran for minutes on the H100 before the first step: opt-in only
@@ -85,7 +89,8 @@ def sequence_lengths(total_tokens: int, low: int, high: int, seed: int) -> list[
 
 
 def build_model(path: str, model_dtype: str, attn: str, checkpointing: bool, use_fsdp: bool,
-                lora_rank: int, device: torch.device, reshard_after_forward: bool = True) -> torch.nn.Module:
+                lora_rank: int, device: torch.device, reshard_after_forward: bool = True,
+                wrap_layers: bool = True) -> torch.nn.Module:
     """The actor as verl's FSDP engine builds it (see module docstring)."""
     from peft import LoraConfig, TaskType, get_peft_model
     from transformers import AutoModelForCausalLM
@@ -109,7 +114,7 @@ def build_model(path: str, model_dtype: str, attn: str, checkpointing: bool, use
                                       cast_forward_inputs=True)
         layer_classes = tuple(type(m) for m in model.modules() if type(m).__name__.endswith("DecoderLayer"))
         for module in model.modules():
-            if isinstance(module, layer_classes):
+            if wrap_layers and isinstance(module, layer_classes):
                 fully_shard(module, mp_policy=policy, reshard_after_forward=reshard_after_forward)
         fully_shard(model, mp_policy=policy, reshard_after_forward=reshard_after_forward)
     return model
@@ -146,11 +151,11 @@ def train_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: 
 
 
 def run_variant(name: str, args: argparse.Namespace, device: torch.device) -> Result:
-    model_dtype, use_fsdp, packed, attn, checkpointing, reshard = ALL_VARIANTS[name]
+    model_dtype, use_fsdp, packed, attn, checkpointing, reshard, wrap_layers = ALL_VARIANTS[name]
     lengths = sequence_lengths(args.tokens, args.min_len, args.max_len, args.seed)
     try:
         model = build_model(args.model, model_dtype, attn, checkpointing, use_fsdp, args.lora_rank, device,
-                            reshard_after_forward=reshard)
+                            reshard_after_forward=reshard, wrap_layers=wrap_layers)
         optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-5)
         batch = make_batch(lengths, packed, model.config.vocab_size, device)
         autocast = not use_fsdp  # FSDP2's policy casts; without it, autocast gives the same bf16 compute

@@ -85,7 +85,8 @@ def test_actor_update_bench_runs_each_variant_on_cpu(tmp_path, monkeypatch):
     out = tmp_path / "bench.json"
     sys_argv = ["actor_update_bench.py", "--model", str(model_dir), "--device", "cpu", "--tokens", "96",
                 "--min-len", "16", "--max-len", "40", "--warmup", "0", "--iters", "1",
-                "--variants", "verl_default,padded,no_fsdp_bf16_padded,packed_varlen,packed_varlen_no_reshard", "--profile", "padded",
+                "--variants", "verl_default,padded,no_fsdp_bf16_padded,packed_varlen,packed_varlen_no_reshard,"
+                "packed_varlen_root_only", "--profile", "padded",
                 "--profile-out", str(tmp_path / "profile.txt"), "--out", str(out), "--check-varlen"]
     old_argv, sys.argv = sys.argv, sys_argv
     try:
@@ -95,7 +96,7 @@ def test_actor_update_bench_runs_each_variant_on_cpu(tmp_path, monkeypatch):
     summary = json.loads(out.read_text())
     results = summary["results"]
     assert [r["variant"] for r in results] == ["verl_default", "padded", "no_fsdp_bf16_padded", "packed_varlen",
-                                            "packed_varlen_no_reshard"]
+                                            "packed_varlen_no_reshard", "packed_varlen_root_only"]
     # the packed row under torch_varlen gives the padded rows' log-probs (bf16 model, SDPA per sequence on CPU)
     check = summary["varlen_check"]
     assert check["tokens"] <= 96 and check["max_abs_logprob_diff"] < 0.05
@@ -118,3 +119,30 @@ def test_import_cost_times_fresh_interpreters_and_reports_a_missing_module(tmp_p
     assert "No module named 'verl_ext_no_such_module'" in rows[2]["error"] and "import_s" not in rows[2]
     table = out.with_suffix(".md").read_text()
     assert "| `json` |  | 2 | 1 |" in table and "failed: ModuleNotFoundError" in table
+
+
+def test_root_only_variant_wraps_the_model_as_one_fsdp_unit(tmp_path, monkeypatch):
+    import torch.distributed as dist
+    from gloo_rank import free_port
+    from torch.distributed.fsdp import FSDPModule
+
+    from verl_ext.tiny_model import build_qwen2, build_tokenizer
+
+    tokenizer_dir = build_tokenizer(tmp_path / "model", ["play a move"] * 20, vocab_size=300)
+    model_dir = build_qwen2(tmp_path / "model", "tiny", tokenizer_dir, dtype="float32")
+    for name, value in {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": free_port(), "RANK": "0",
+                        "WORLD_SIZE": "1"}.items():
+        monkeypatch.setenv(name, value)
+    dist.init_process_group("gloo")
+    try:
+        units = {}
+        for wrap_layers in (True, False):
+            model = actor_update_bench.build_model(str(model_dir), "fp32", "sdpa", True, True, 4,
+                                                   torch.device("cpu"), wrap_layers=wrap_layers)
+            layers = [m for m in model.modules() if type(m).__name__.endswith("DecoderLayer")]
+            units[wrap_layers] = sum(isinstance(m, FSDPModule) for m in model.modules())
+            assert isinstance(model, FSDPModule) and layers
+            assert all(isinstance(m, FSDPModule) == wrap_layers for m in layers)
+        assert units[False] == 1 and units[True] > 1
+    finally:
+        dist.destroy_process_group()
