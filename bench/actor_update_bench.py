@@ -151,14 +151,15 @@ def train_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: 
 
 
 def run_variant(name: str, args: argparse.Namespace, device: torch.device) -> Result:
-    model_dtype, use_fsdp, packed, attn, checkpointing, reshard, wrap_layers = ALL_VARIANTS[name]
+    variant = ALL_VARIANTS[name]
     lengths = sequence_lengths(args.tokens, args.min_len, args.max_len, args.seed)
     try:
-        model = build_model(args.model, model_dtype, attn, checkpointing, use_fsdp, args.lora_rank, device,
-                            reshard_after_forward=reshard, wrap_layers=wrap_layers)
+        model = build_model(args.model, variant.model_dtype, variant.attn, variant.checkpointing, variant.fsdp,
+                            args.lora_rank, device, reshard_after_forward=variant.reshard_after_forward,
+                            wrap_layers=variant.wrap_layers)
         optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-5)
-        batch = make_batch(lengths, packed, model.config.vocab_size, device)
-        autocast = not use_fsdp  # FSDP2's policy casts; without it, autocast gives the same bf16 compute
+        batch = make_batch(lengths, variant.packed, model.config.vocab_size, device)
+        autocast = not variant.fsdp  # FSDP2's policy casts; without it, autocast gives the same bf16 compute
         times = []
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats()

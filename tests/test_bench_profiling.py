@@ -121,14 +121,13 @@ def test_import_cost_times_fresh_interpreters_and_reports_a_missing_module(tmp_p
     assert "| `json` |  | 2 | 1 |" in table and "failed: ModuleNotFoundError" in table
 
 
-def test_root_only_variant_wraps_the_model_as_one_fsdp_unit(tmp_path, monkeypatch):
+def test_root_only_variant_wraps_the_model_as_one_fsdp_unit(tmp_path, monkeypatch, tokenizer_dir):
     import torch.distributed as dist
     from gloo_rank import free_port
     from torch.distributed.fsdp import FSDPModule
 
-    from verl_ext.tiny_model import build_qwen2, build_tokenizer
+    from verl_ext.tiny_model import build_qwen2
 
-    tokenizer_dir = build_tokenizer(tmp_path / "model", ["play a move"] * 20, vocab_size=300)
     model_dir = build_qwen2(tmp_path / "model", "tiny", tokenizer_dir, dtype="float32")
     for name, value in {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": free_port(), "RANK": "0",
                         "WORLD_SIZE": "1"}.items():
