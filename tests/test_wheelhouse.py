@@ -23,6 +23,7 @@ import pytest
 from verl_ext.wheelhouse import WheelhouseError
 from verl_ext.wheelhouse import chunks as chunks_mod
 from verl_ext.wheelhouse import download as download_mod
+from verl_ext.wheelhouse.carry import MIB, auto_chunk_mib, working_tree_bytes
 from verl_ext.wheelhouse.chunks import MANIFEST, ChunkWriter, chunk_name, extract, load_manifest, pack, verify
 from verl_ext.wheelhouse.cli import main as cli_main
 from verl_ext.wheelhouse.closure import check
@@ -578,6 +579,54 @@ def test_target_side_runs_on_the_standard_library_alone() -> None:
                            env={**env, "PYTHONPATH": str(REPO)}, cwd="/", check=True)  # fmt: skip
     for command in ["download", "check", "pack", "verify", "install", "scan-imports"]:
         assert command in help_.stdout
+
+
+def _git_checkout(root: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A checkout with a tracked file (100 B), an untracked one (50 B), an ignored one and a deleted tracked one."""
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(root.parent))  # never the repository around tmp
+    root.mkdir()
+    subprocess.run(["git", "init", "-q", str(root)], check=True)
+    (root / ".gitignore").write_text("ignored.bin\n")  # 12 B
+    (root / "sub").mkdir()
+    (root / "sub" / "tracked.txt").write_bytes(b"t" * 100)
+    (root / "gone.txt").write_bytes(b"g" * 70)
+    subprocess.run(["git", "-C", str(root), "add", "."], check=True)
+    (root / "gone.txt").unlink()
+    (root / "untracked.txt").write_bytes(b"u" * 50)
+    (root / "ignored.bin").write_bytes(b"i" * 5000)
+    return root
+
+
+def test_working_tree_bytes_counts_what_a_carry_call_sends(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = _git_checkout(tmp_path / "repo", monkeypatch)
+    assert working_tree_bytes(root) == (root, 12 + 100 + 50)
+    assert working_tree_bytes(root / "sub") == (root, 12 + 100 + 50)  # the whole checkout, from any folder in it
+    outside = tmp_path / "plain"
+    outside.mkdir()
+    with pytest.raises(WheelhouseError, match="not in a git checkout"):
+        working_tree_bytes(outside)
+
+
+def test_auto_chunk_mib_leaves_the_tree_and_headroom_under_the_carry_limit() -> None:
+    assert auto_chunk_mib(0) == 60.0
+    assert auto_chunk_mib(int(11.6 * MIB)) == 48.0  # the tree of 2026-11-25: 64 - 11.6 - 4, rounded down
+    assert auto_chunk_mib(int(11.6 * MIB)) + 11.6 + 4 <= 64
+    with pytest.raises(WheelhouseError, match=r"the working tree is 53\.0 MiB, which leaves 7 MiB per chunk"):
+        auto_chunk_mib(53 * MIB)
+
+
+def test_cli_pack_chunk_mib_auto(wheel_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                 capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    root = _git_checkout(tmp_path / "repo", monkeypatch)
+    out = tmp_path / "chunks"
+    args = ["pack", "--src", str(wheel_dir), "--out", str(out), "--chunk-mib", "auto", "--repo", str(root)]
+    assert cli_main(args) == 0
+    printed = capsys.readouterr().out
+    # 162 bytes of tree: 64 - 4 - 0.00015 MiB, rounded down to whole MiB
+    assert f"chunk size 59 MiB = 64 MiB carry limit - 0.0 MiB working tree of {root} - 4 MiB headroom" in printed
+    assert load_manifest(out)["chunk_bytes"] == 59 * MIB
+    assert cli_main(["pack", "--src", str(wheel_dir), "--out", str(out), "--chunk-mib", "big"]) == 1
+    assert "--chunk-mib 'big': expected a size in MiB or 'auto'" in capsys.readouterr().err
 
 
 def test_cli_pack_and_install_commands(wheel_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -45,12 +45,29 @@ def _cmd_check(args: argparse.Namespace) -> int:
     return 1 if any(f.status in PROBLEMS for f in findings) else 0
 
 
+def _chunk_mib(value: str, repo: Path) -> float:
+    """`--chunk-mib`: a size in MiB, or `auto` (what fits the carry limit beside ``repo``'s working tree)."""
+    if value == "auto":
+        from verl_ext.wheelhouse.carry import CARRY_LIMIT_MIB, HEADROOM_MIB, MIB, auto_chunk_mib, working_tree_bytes
+
+        top, tree = working_tree_bytes(repo)
+        size = auto_chunk_mib(tree)
+        _print(f"chunk size {size:g} MiB = {CARRY_LIMIT_MIB:g} MiB carry limit - {tree / MIB:.1f} MiB working tree"
+               f" of {top} - {HEADROOM_MIB:g} MiB headroom")  # fmt: skip
+        return size
+    try:
+        size = float(value)
+    except ValueError:
+        raise WheelhouseError(f"--chunk-mib {value!r}: expected a size in MiB or 'auto'") from None
+    if not 0 < size <= 4096:
+        raise WheelhouseError(f"--chunk-mib {size}: expected a size in MiB between 0 and 4096")
+    return size
+
+
 def _cmd_pack(args: argparse.Namespace) -> int:
     from verl_ext.wheelhouse.chunks import pack
 
-    if not 0 < args.chunk_mib <= 4096:
-        raise WheelhouseError(f"--chunk-mib {args.chunk_mib}: expected a size in MiB between 0 and 4096")
-    pack(args.src, args.out, chunk_mib=args.chunk_mib, log=_print)
+    pack(args.src, args.out, chunk_mib=_chunk_mib(args.chunk_mib, args.repo), log=_print)
     return 0
 
 
@@ -177,7 +194,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("pack", help="tar the downloaded files and split into checksummed chunks")
     p.add_argument("--src", type=Path, required=True, help="download dir (its lock file selects the files)")
     p.add_argument("--out", type=Path, required=True, help="chunk dir (old chunks there are replaced)")
-    p.add_argument("--chunk-mib", type=float, default=55.0, help="chunk size in MiB (default 55)")
+    p.add_argument("--chunk-mib", default="55",
+                   help="chunk size in MiB (default 55), or 'auto': what fits a 64 MiB carry call beside the"
+                        " working tree of --repo's git checkout, with 4 MiB to spare")  # fmt: skip
+    p.add_argument("--repo", type=Path, default=Path.cwd(), help="checkout whose tree 'auto' sizes (default: here)")
     p.set_defaults(func=_cmd_pack)
 
     p = sub.add_parser("verify", help="check the chunks against MANIFEST.json (sizes and sha256)")
