@@ -38,6 +38,19 @@ CANDIDATE_ARGS=""
 # separated by ";".
 DEFAULT_PLAN="realistic vllm -; realistic ours $REALISTIC_STEPS; realistic trl $TRL_REALISTIC_STEPS; realistic compare -;
   smoke ours $SMOKE_STEPS; smoke trl $TRL_SMOKE_STEPS; smoke vllm -; smoke compare -"
+# SPEED_PLAN_FILE: the plan from a file instead (relative to the repo root; one line per step, `#` starts a
+# comment), e.g. bench/plans/*.plan: a long plan then needs no room in the device tool's 2,000-character command.
+if [[ -n "${SPEED_PLAN_FILE:-}" ]]; then
+  if [[ -n "${SPEED_PLAN:-}" ]]; then
+    echo "SPEED_PLAN and SPEED_PLAN_FILE are both set; set one" >&2
+    exit 2
+  fi
+  if [[ ! -f "$SPEED_PLAN_FILE" ]]; then
+    echo "SPEED_PLAN_FILE=$SPEED_PLAN_FILE: no such file (relative paths start at $PWD)" >&2
+    exit 2
+  fi
+  SPEED_PLAN="$(sed -e 's/#.*//' "$SPEED_PLAN_FILE" | tr '\n' ';')"
+fi
 : "${SPEED_PLAN:=$DEFAULT_PLAN}"
 PLAN=()
 while IFS= read -r line; do

@@ -297,6 +297,7 @@ ALLOWED = {
     "PATHS": "bench/paths_session.sh: which training paths the session runs (a bench setting)",
     "SGLANG_SITE": "bench/paths_session.sh: the SGLang wheel install the sglang path runs with (a bench setting)",
     "SPEED_PLAN": "bench/speed_session.sh: the session's steps, replacing its default plan (a bench setting)",
+    "SPEED_PLAN_FILE": "bench/speed_session.sh: a file holding the session's steps (a bench setting)",
     "PATHS_MODEL_DIR": "bench/speed_session.sh: the model its `paths` lines train (a bench setting)",
     "SESSION_STEP_TIMEOUT": "bench/lent_gpu_env.sh: seconds before a hung session step is ended (a bench setting)",
     "WHEELHOUSE_BYTECODE": "bench/lent_gpu_env.sh: 0 installs the harness's wheels without .pyc (import-cost "

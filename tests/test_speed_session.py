@@ -164,3 +164,27 @@ def test_a_step_past_its_time_limit_is_ended_and_recorded(tmp_path):
     assert lines[0].endswith("slow: TIMED OUT after 1 s, 1 s"), lines
     assert lines[1].endswith("quick: ok, 0 s"), lines
     assert lines[2].endswith("unlimited: FAILED (exit 3), 0 s"), lines
+
+
+def test_plan_file_reads_like_the_plan_variable(tmp_path):
+    plan_file = tmp_path / "session.plan"
+    plan_file.write_text("# a comment line\nrealistic vllm -   # the ceiling\n\n"
+                         "realistic ours 4 nockpt GRADIENT_CHECKPOINTING=0; realistic trl 3\n"
+                         "realistic compare - nockpt\n")
+    inline = ("realistic vllm -; realistic ours 4 nockpt GRADIENT_CHECKPOINTING=0; realistic trl 3;"
+              " realistic compare - nockpt")
+    assert plan(SPEED_PLAN_FILE=str(plan_file)) == plan(SPEED_PLAN=inline)
+    both = session("run", "--dry-run", SPEED_PLAN_FILE=str(plan_file), SPEED_PLAN=inline)
+    assert both.returncode == 2 and "SPEED_PLAN and SPEED_PLAN_FILE are both set" in both.stderr
+    missing = session("run", "--dry-run", SPEED_PLAN_FILE="bench/plans/nowhere.plan")
+    assert missing.returncode == 2 and "SPEED_PLAN_FILE=bench/plans/nowhere.plan: no such file" in missing.stderr
+
+
+def test_every_tracked_plan_is_valid():
+    plans = sorted((REPO / "bench" / "plans").glob("*.plan"))
+    assert plans
+    for plan_file in plans:
+        argvs = plan(SPEED_PLAN_FILE=str(plan_file.relative_to(REPO)))
+        assert argvs, plan_file
+        for argv in argvs:
+            assert argv[0] == "env" and "bench/train_speed.sh" in argv, (plan_file, argv)
