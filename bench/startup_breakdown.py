@@ -70,6 +70,13 @@ MILESTONES: tuple[Milestone, ...] = (
               "verl workers/rollout/vllm_rollout/vllm_async_server.py:1121-1128 (or its `serve` argument list, :456-459)"),
     Milestone("vllm_engine_start", "vLLM engine core starting", r"Initializing a V1 LLM engine \(v",
               "vllm 0.24.0 vllm/v1/engine/core.py:113-118"),
+    # With verl's `mp` executor the GPU worker is one more process (spawned, imports vLLM); with `uni` it is
+    # created inside the engine core process (docs/speed.md 0f): this line splits the two from the weights' load.
+    Milestone("vllm_worker", "vLLM GPU worker created (its process started and imported, with `mp`)",
+              r"Injected <class '[\w.]+'> into <class 'vllm\.v1\.worker\.gpu_worker\.Worker'>"
+              r"|\] world_size=\d+ rank=\d+ local_rank=\d+ distributed_init_method=",
+              "vllm 0.24.0 vllm/v1/worker/worker_base.py:282 (worker extension; else the distributed init, "
+              "distributed/parallel_state.py:1588)"),
     Milestone("vllm_weights", "vLLM weights loaded",
               r"Model loading took |Loading safetensors checkpoint shards: 100%",
               "vllm 0.24.0 vllm/v1/worker/gpu_model_runner.py:5255-5259 (or the loading bar, "

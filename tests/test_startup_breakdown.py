@@ -40,6 +40,12 @@ SYNTHETIC = [
      "data_parallel_master_port: 4002"),
     ("2026-11-23 11:30:55.900", ENGINE + "INFO 11-23 11:30:55 [core.py:115] Initializing a V1 LLM engine (v0.24.0) "
      "with config: model='/tmp/qwen2.5-0.5b-random', speculative_config=None"),
+    # printed by the worker process before Ray's prefix knows it (then `(Worker pid=N)` lines follow)
+    ("2026-11-23 11:31:03.100", SERVER + "INFO 11-23 11:31:03 [worker_base.py:282] Injected <class "
+     "'verl.workers.rollout.vllm_rollout.utils.vLLMColocateWorkerExtension'> into <class "
+     "'vllm.v1.worker.gpu_worker.Worker'> for extended collective_rpc calls ['get_zmq_handle']"),
+    ("2026-11-23 11:31:03.200", SERVER + "(Worker pid=1700) INFO 11-23 11:31:03 [parallel_state.py:1588] "
+     "world_size=1 rank=0 local_rank=0 distributed_init_method=tcp://127.0.0.1:58297 backend=nccl"),
     ("2026-11-23 11:31:05.900", ENGINE + "INFO 11-23 11:31:05 [gpu_model_runner.py:5256] Model loading took "
      "0.93 GiB memory and 1.234567 seconds"),
     ("2026-11-23 11:31:30.900", ENGINE + "INFO 11-23 11:31:30 [monitor.py:34] torch.compile took 20.51 s in total"),
@@ -88,6 +94,8 @@ def test_every_milestone_is_timed_from_the_exact_messages():
     assert rows["actor_init"]["since_launch_s"] == pytest.approx(84.0)
     assert rows["vllm_engine_start"]["since_launch_s"] == 99.0  # vLLM: seconds, the year from its neighbours
     assert rows["vllm_engine_start"]["time_from"] == "own timestamp (s, year inferred)"
+    assert rows["vllm_worker"]["after_previous_s"] == 8.0  # the worker process's spawn and imports
+    assert rows["vllm_weights"]["after_previous_s"] == 2.0
     assert rows["vllm_graphs"]["after_previous_s"] == pytest.approx(18.0)  # after the capture bar began
     assert rows["ready_to_fit"]["since_launch_s"] == pytest.approx(167.0)
     # the first agent-loop worker's constructor line, not the TaskRunner's earlier one nor Ray's repeat summary
