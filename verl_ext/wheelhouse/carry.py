@@ -14,8 +14,8 @@ import subprocess
 from pathlib import Path
 
 from verl_ext.wheelhouse import WheelhouseError
+from verl_ext.wheelhouse.chunks import MIB
 
-MIB = 1 << 20
 CARRY_LIMIT_MIB = 64.0
 # Room for what rides with a chunk (MANIFEST.json, SHA256SUMS, trl's wheel: ~1 MiB) and for the evidence folders
 # a few sessions commit before the chunks are packed again (~0.4 MiB each).
@@ -57,6 +57,6 @@ def auto_chunk_mib(
         raise WheelhouseError(
             f"--chunk-mib auto: the working tree is {tree_bytes / MIB:.1f} MiB, which leaves {size} MiB per chunk"
             f" under the {limit_mib:g} MiB carry limit ({headroom_mib:g} MiB kept free); below {MIN_CHUNK_MIB:g}"
-            " MiB the chunk calls outnumber what they save: move large files out of the tree or pass a size"
+            " MiB a wheelhouse of ~470 MiB takes dozens of calls: move large files out of the tree or pass a size"
         )
     return float(size)
