@@ -26,6 +26,7 @@ import torch
 import torch.distributed as dist
 
 from actor_update_bench import build_model  # bench/ is on sys.path when run as a script
+from verl_ext.lora_base_weights import base_weights
 
 
 def _sync(device: torch.device) -> None:
@@ -45,15 +46,6 @@ def timed(fn: Callable[[], object], device: torch.device, iters: int) -> dict[st
         _sync(device)
         runs.append(time.perf_counter() - start)
     return {"median_s": round(statistics.median(runs), 4), "runs_s": [round(r, 4) for r in runs]}
-
-
-def base_params(model: torch.nn.Module) -> list[tuple[str, torch.nn.Parameter]]:
-    """The parameters ``backup_base_model_weights`` copies: everything but the adapter."""
-    return [(name, p) for name, p in model.named_parameters() if "lora" not in name.lower()]
-
-
-def local(tensor: torch.Tensor) -> torch.Tensor:
-    return tensor.to_local() if hasattr(tensor, "to_local") else tensor
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -90,8 +82,8 @@ def main(argv: list[str] | None = None) -> int:
     dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
     model = build_model(args.model, "fp32", "sdpa", True, True, args.lora_rank, device)
     engine = types.SimpleNamespace(module=model, _is_offload_param=False)
-    base = base_params(model)
-    base_bytes = sum(local(p.data).numel() * local(p.data).element_size() for _, p in base)
+    base = base_weights(model)  # (name, this rank's shard): what backup_base_model_weights copies
+    base_bytes = sum(shard.numel() * shard.element_size() for _, shard in base)
 
     def whole() -> int:
         return sum(t.numel() for _, t in FSDPEngine._merged_lora_per_tensor_param(engine))
@@ -103,19 +95,19 @@ def main(argv: list[str] | None = None) -> int:
                    for p in params.values())
 
     backup = backup_base_model_weights(model)
-    pinned = {name: torch.empty_like(local(p.data), device="cpu").pin_memory() if device.type == "cuda"
-              else torch.empty_like(local(p.data)) for name, p in base}  # fmt: skip
-    on_device = {name: torch.empty_like(local(p.data)) for name, p in base}
+    pinned = {name: torch.empty_like(shard, device="cpu").pin_memory() if device.type == "cuda"
+              else torch.empty_like(shard) for name, shard in base}  # fmt: skip
+    on_device = {name: torch.empty_like(shard) for name, shard in base}
 
     def copy_into(buffers: dict[str, torch.Tensor]) -> None:
         with torch.no_grad():
-            for name, p in base:
-                buffers[name].copy_(local(p.data), non_blocking=True)
+            for name, shard in base_weights(model):  # looked up again: verl's merge and restore ran in between
+                buffers[name].copy_(shard, non_blocking=True)
 
     def copy_from(buffers: dict[str, torch.Tensor]) -> None:
         with torch.no_grad():
-            for name, p in base:
-                local(p.data).copy_(buffers[name], non_blocking=True)
+            for name, shard in base_weights(model):
+                shard.copy_(buffers[name], non_blocking=True)
 
     results: dict[str, dict] = {}
     results["merged_sync_whole"] = timed(whole, device, args.iters)  # verl's generator, consumed

@@ -25,18 +25,10 @@ from typing import Any
 
 import torch
 
+from verl_ext.lora_base_weights import base_weights, local_shard
+
 _BUFFERS: "weakref.WeakKeyDictionary[torch.nn.Module, dict[str, torch.Tensor]]" = weakref.WeakKeyDictionary()
 _VERL_FUNCTIONS: dict[str, Any] = {}
-
-
-def _local(tensor: torch.Tensor) -> torch.Tensor:
-    """The rank's own storage of a parameter: a DTensor's local shard (FSDP2), else the tensor (FSDP1 views)."""
-    return tensor.to_local() if hasattr(tensor, "to_local") else tensor
-
-
-def _base_parameters(module: torch.nn.Module) -> list[tuple[str, torch.Tensor]]:
-    """What verl backs up: every parameter but the adapter's (its name test, ``"lora" not in name.lower()``)."""
-    return [(name, _local(p.data)) for name, p in module.named_parameters() if "lora" not in name.lower()]
 
 
 def _synchronize(tensors: list[torch.Tensor]) -> None:
@@ -48,7 +40,7 @@ def _synchronize(tensors: list[torch.Tensor]) -> None:
 def backup_base_model_weights(module: torch.nn.Module) -> dict[str, torch.Tensor]:
     """Copy the base weights into this module's host buffers (allocated on first use, reused after)."""
     buffers = _BUFFERS.setdefault(module, {})
-    params = _base_parameters(module)
+    params = base_weights(module)
     pin = torch.cuda.is_available()
     with torch.no_grad():
         for name, local in params:
@@ -67,7 +59,7 @@ def restore_base_model_weights(module: torch.nn.Module, backup: dict[str, torch.
     with torch.no_grad():
         for name, param in module.named_parameters():
             if name in backup:
-                local = _local(param.data)
+                local = local_shard(param.data)
                 local.copy_(backup[name], non_blocking=True)
                 restored.append(local)
     _synchronize(restored)
