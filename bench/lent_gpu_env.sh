@@ -81,8 +81,7 @@ session_step() {
     timeout -k 20 "$limit" bash -c "$command" || status="FAILED (exit $?)"
     if [[ "$status" == "FAILED (exit 124)" || "$status" == "FAILED (exit 137)" ]]; then
       status="TIMED OUT after $limit s"
-      if [[ -x "$SITE/bin/ray" ]]; then "$SITE/bin/ray" stop --force > /dev/null 2>&1 || true; fi
-      pkill -9 -f 'VLLM::EngineCore|ray::' 2> /dev/null || true
+      end_leftovers
     fi
   fi
   echo "$(date '+%F %T') $label: $status, $(( SECONDS - started )) s" | tee -a "$dir/session.txt"
@@ -98,7 +97,28 @@ session_wait() {
   tail -n "${TAIL_LINES:-5}" "$dir/detached.log"
 }
 
-# End DIR's detached job (its whole process group).
+# End what a verl run leaves outside its job's process group: Ray's cluster and its workers (the FSDP worker,
+# vLLM's server and engine core). After a group kill they held 43 GiB of the GPU two minutes later, and the next
+# run died out of memory (docs/runs/2026-11-25-h100-breakable/).
+# LEFTOVER_PATTERN: the command lines to end (pkill -f); the tests set a marker of their own.
+end_leftovers() {
+  if [[ -x "$SITE/bin/ray" ]]; then "$SITE/bin/ray" stop --force > /dev/null 2>&1 || true; fi
+  pkill -9 -f "${LEFTOVER_PATTERN:-VLLM::EngineCore|ray::}" 2> /dev/null || true
+}
+
+# Wait up to SECONDS until no process holds a GPU (where nvidia-smi exists); name the ones left.
+wait_gpu_free() {
+  command -v nvidia-smi > /dev/null || return 0
+  local waited=0 left
+  while left="$(nvidia-smi --query-compute-apps=pid --format=csv,noheader 2>/dev/null | tr -d ' ' | paste -sd, -)"
+        [[ -n "$left" ]] && (( waited < $1 )); do
+    sleep 2
+    waited=$((waited + 2))
+  done
+  if [[ -n "$left" ]]; then echo "stop: processes $left still hold the GPU after $waited s" >&2; fi
+}
+
+# End DIR's detached job: its whole process group, then what it left outside the group, then wait for the GPU.
 session_stop() {
   local dir="$1" pid
   alive "$dir/detached.pid" || { echo "stop: no detached job running in $dir"; return 0; }
@@ -106,7 +126,9 @@ session_stop() {
   kill -TERM -- "-$pid" 2>/dev/null || true
   sleep 5
   kill -KILL -- "-$pid" 2>/dev/null || true
-  echo "stop: ended process group $pid"
+  end_leftovers
+  wait_gpu_free "${STOP_GPU_WAIT:-60}"
+  echo "stop: ended process group $pid and Ray's processes"
 }
 
 # Everything DIR holds except checkpoints, weights, parquet, scratch and the code copy, plus the GPUs' names,

@@ -32,3 +32,12 @@ SMALL_ENV = {
     "logic": {"cases": ["mini_sudoku", "syllogism"], "num_tasks_per_case": 4},
     "val_tasks_per_case": 3,
 }
+
+
+@pytest.fixture(autouse=True)
+def _stop_kills_only_test_processes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bench scripts' `stop` ends Ray's and vLLM's processes host-wide (bench/lent_gpu_env.sh end_leftovers),
+    which is right on a lent GPU machine; under the tests it matches only a marker no real process carries, and
+    does not wait for the GPU."""
+    monkeypatch.setenv("LEFTOVER_PATTERN", "verl-ext-tests-no-such-process")
+    monkeypatch.setenv("STOP_GPU_WAIT", "0")  # a developer's GPU may be busy with their own work

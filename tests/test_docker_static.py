@@ -300,6 +300,8 @@ ALLOWED = {
     "SPEED_PLAN_FILE": "bench/speed_session.sh: a file holding the session's steps (a bench setting)",
     "PATHS_MODEL_DIR": "bench/speed_session.sh: the model its `paths` lines train (a bench setting)",
     "SESSION_STEP_TIMEOUT": "bench/lent_gpu_env.sh: seconds before a hung session step is ended (a bench setting)",
+    "LEFTOVER_PATTERN": "bench/lent_gpu_env.sh: the processes `stop` ends host-wide (the tests set a marker)",
+    "STOP_GPU_WAIT": "bench/lent_gpu_env.sh: seconds `stop` waits for the GPU to be free (a bench setting)",
     "WHEELHOUSE_BYTECODE": "bench/lent_gpu_env.sh: 0 installs the harness's wheels without .pyc (import-cost "
                            "measurement; a bench setting)",
     "PATHS_DIR": "bench/paths_session.sh: results folder on the lent machine (a bench setting)",

@@ -188,3 +188,30 @@ def test_every_tracked_plan_is_valid():
         assert argvs, plan_file
         for argv in argvs:
             assert argv[0] == "env" and "bench/train_speed.sh" in argv, (plan_file, argv)
+
+
+def test_stop_ends_what_the_job_left_outside_its_process_group(tmp_path, monkeypatch):
+    # Ray starts its workers outside the job's process group; one stands for vLLM's engine core here
+    marker = f"verl-ext-leftover-{os.getpid()}-{tmp_path.name}"
+    monkeypatch.setenv("LEFTOVER_PATTERN", marker)
+    job = subprocess.Popen(["setsid", "bash", "-c", f"setsid bash -c 'exec -a {marker} sleep 300' & sleep 300"],
+                           stdout=subprocess.DEVNULL)
+    (tmp_path / "detached.pid").write_text(str(job.pid))
+    escaped = wait_for_process(f"{marker} 300")
+    stopped = session("stop", SPEED_DIR=str(tmp_path))
+    assert stopped.returncode == 0 and f"ended process group {job.pid}" in stopped.stdout, stopped.stderr
+    assert job.wait(timeout=10) != 0  # the group was killed
+    assert not Path(f"/proc/{escaped}").exists() or "Z" in Path(f"/proc/{escaped}/stat").read_text().split()[2]
+
+
+def wait_for_process(command_line: str, seconds: float = 10) -> int:
+    """The pid of the process whose whole command line is `command_line`, once it runs."""
+    import time
+
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        found = subprocess.run(["pgrep", "-xf", command_line], capture_output=True, text=True).stdout.split()
+        if found:
+            return int(found[0])
+        time.sleep(0.1)
+    raise AssertionError(f"no process '{command_line}' after {seconds} s")
