@@ -68,13 +68,14 @@ session_detach() {
   echo "detach: '$*' running as pid $! (process group), log $dir/detached.log"
 }
 
-# Run one step of a session's plan, recording its end, status and seconds in DIR/session.txt; a failing step
-# is recorded and the plan goes on: session_step DIR LABEL COMMAND
+# Run one step of a session's plan, recording its end, status and seconds in DIR/session.txt (and its start in
+# DIR/current_step, which `wait` prints); a failing step is recorded and the plan goes on: session_step DIR LABEL COMMAND
 # A step that runs longer than SESSION_STEP_TIMEOUT seconds (default 900; 0: no limit) is ended, and what it left
 # behind (Ray's processes, vLLM's engine core) with it, so that one hung run does not use up the machine's hold.
 session_step() {
   local dir="$1" label="$2" command="$3" started=$SECONDS status=ok limit="${SESSION_STEP_TIMEOUT:-900}"
   echo "=== $label ==="
+  echo "$(date '+%F %T') $label" > "$dir/current_step"
   if [[ "$limit" == 0 ]]; then
     bash -c "$command" || status="FAILED (exit $?)"
   else
@@ -92,7 +93,12 @@ session_wait() {
   local dir="$1" seconds="$2" waited=0
   [[ -f "$dir/detached.pid" ]] || { echo "wait: nothing was detached in $dir" >&2; exit 2; }
   wait_while_alive "$dir/detached.pid" "$seconds"
-  if alive "$dir/detached.pid"; then echo "wait: still running after ${waited} s"; else echo "wait: ended"; fi
+  if alive "$dir/detached.pid"; then
+    # the machine's own clock: session.txt stamps each step's end, so the remaining time starts from here
+    echo "wait: still running after ${waited} s; now $(date '+%F %T'), running since $(cat "$dir/current_step" 2>/dev/null || echo '?')"
+  else
+    echo "wait: ended $(date '+%F %T')"
+  fi
   cat "$dir/session.txt" 2>/dev/null || true
   tail -n "${TAIL_LINES:-5}" "$dir/detached.log"
 }

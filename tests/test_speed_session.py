@@ -215,3 +215,17 @@ def wait_for_process(command_line: str, seconds: float = 10) -> int:
             return int(found[0])
         time.sleep(0.1)
     raise AssertionError(f"no process '{command_line}' after {seconds} s")
+
+
+def test_wait_names_the_running_step_and_the_machines_clock(tmp_path):
+    # session.txt stamps a step when it ends; `wait` says which step runs since when, by the machine's clock
+    marker = f"verl-ext-probe-{os.getpid()}-{tmp_path.name}"
+    script = (f"source bench/lent_gpu_env.sh; dir={shlex.quote(str(tmp_path))}; "
+              f"(session_step \"$dir\" 'realistic ours 3 probe' 'exec -a {marker} sleep 30') > /dev/null & "
+              "echo $! > \"$dir/detached.pid\"; touch \"$dir/detached.log\"; sleep 1; session_wait \"$dir\" 0; "
+              f"kill -- $(cat \"$dir/detached.pid\"); pkill -xf '{marker} 30' || true")  # -x: not this shell
+    done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, cwd=REPO, timeout=60)
+    assert done.returncode == 0, done.stderr
+    line = done.stdout.splitlines()[0]
+    assert line.startswith("wait: still running after 0 s; now 20") and line.endswith(" realistic ours 3 probe"), line
+    assert "running since 20" in line
