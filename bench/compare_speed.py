@@ -81,11 +81,21 @@ def vllm_columns(result: dict[str, Any]) -> dict[str, float | None]:
             "mean completion tokens": result.get("mean_tokens")}
 
 
-def table(ours: dict[str, Any], trl: dict[str, Any] | None, load: str, vllm: dict[str, Any] | None = None) -> str:
-    """The Markdown table (and notes) of one load; ``trl``/``vllm`` columns only for the results given."""
+STARTUP_ROW = "start-up s (to step 1 started)"
+
+
+def table(ours: dict[str, Any], trl: dict[str, Any] | None, load: str, vllm: dict[str, Any] | None = None,
+          ours_startup: dict[str, Any] | None = None) -> str:
+    """The Markdown table (and notes) of one load; ``trl``/``vllm`` columns only for the results given.
+
+    ``ours_startup``: bench/startup_breakdown.py's JSON of our run, for the start-up row (with TRL's ``startup_s``).
+    """
     a = ours_columns(ours["steps"])
     b = trl_columns(trl["steps"]) if trl else {}
     c = vllm_columns(vllm) if vllm else {}
+    if ours_startup is not None or (trl or {}).get("startup_s") is not None:
+        a[STARTUP_ROW] = (ours_startup or {}).get("launch_to_step1_start_s")
+        b[STARTUP_ROW] = (trl or {}).get("startup_s")
     runs = [f"ours {len(ours['steps'])} steps"] + ([f"TRL {len(trl['steps'])} steps"] if trl else [])
     runs += [f"vLLM offline {len(vllm.get('runs', []))} generate calls"] if vllm else []
     header, rule = "| | verl-ext (verl main_ppo) |", "|---|---:|"
@@ -104,6 +114,10 @@ def table(ours: dict[str, Any], trl: dict[str, Any] | None, load: str, vllm: dic
     lines += ["", "GPU memory: ours = the FSDP actor's peak reserved memory (vLLM runs in its own process with "
               "its gpu_memory_utilization share); TRL = torch peak reserved in the one process that also hosts "
               "colocated vLLM."]
+    if STARTUP_ROW in a:
+        lines += ["", "Start-up: ours from the train script's start (pre-flight, Ray, TaskRunner, FSDP actor, vLLM "
+                  "server with its compile and graph capture) to step 1 starting (bench/startup_breakdown.py); TRL "
+                  "from bench/trl_grpo.py's start (imports, model, LoRA, colocated vLLM engine) to its step 1."]
     if vllm:
         lines += ["", ceiling_note(a, c)]
     return "\n".join(lines) + "\n"
@@ -142,16 +156,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ours", type=Path, required=True)
     parser.add_argument("--trl", type=Path, help="bench/trl_grpo.py JSON")
     parser.add_argument("--vllm", type=Path, help="bench/vllm_offline.py JSON (the generation ceiling)")
+    parser.add_argument("--ours-startup", type=Path,
+                        help="bench/startup_breakdown.py JSON of our run (adds the start-up row)")
     parser.add_argument("--load", default="")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
-    missing = [f"{flag} {path}" for flag, path in (("--ours", args.ours), ("--trl", args.trl), ("--vllm", args.vllm))
+    missing = [f"{flag} {path}" for flag, path in (("--ours", args.ours), ("--trl", args.trl), ("--vllm", args.vllm),
+                                                   ("--ours-startup", args.ours_startup))
                if path is not None and not path.is_file()]
     if missing:
         parser.error(f"no such file: {', '.join(missing)}")
     trl = json.loads(args.trl.read_text()) if args.trl else None
     vllm = json.loads(args.vllm.read_text()) if args.vllm else None
-    text = table(json.loads(args.ours.read_text()), trl, args.load, vllm)
+    startup = json.loads(args.ours_startup.read_text()) if args.ours_startup else None
+    text = table(json.loads(args.ours.read_text()), trl, args.load, vllm, startup)
     args.out.write_text(text)
     print(text)
     return 0

@@ -7,8 +7,10 @@
 ``verl_ext.reward.compute_score``, so both trainers score identical text identically. One optimizer step per
 generation batch (prompts x samples completions), as in our scripts when PPO_MINI_BATCH_SIZE equals
 TRAIN_BATCH_SIZE. Per step it records wall time, TRL's own profiling timers (vLLM generation, weight sync,
-reward), generated tokens/s and GPU memory, in the same JSON shape as ``bench/summarize_run.py``.
-Needs a GPU, ``trl==1.16.0`` and vLLM (colocate mode); not part of the CPU test suite.
+reward), generated tokens/s and GPU memory, in the same JSON shape as ``bench/summarize_run.py``; and the
+start-up, from the script's start to step 1 starting (``startup_s``).
+Needs ``trl==1.16.0`` (the dev extra has it); the benchmark needs a GPU and vLLM (colocate mode).
+``--generation transformers`` runs on the CPU: tests/test_trl_bench.py runs it end to end on a tiny model.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+SCRIPT_STARTED = time.time()  # before the heavy imports: start-up counts them, as ours counts verl's
 
 def _timers() -> dict[str, list[float]]:
     """Route TRL's profiling timers (normally sent to W&B only) into a dict we can read per step."""
@@ -80,9 +83,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                       task_type="CAUSAL_LM")
     tokenizer = AutoTokenizer.from_pretrained(args.model)
     steps: list[dict[str, Any]] = []
+    step1_started: list[float] = []
 
     class StepTimer(TrainerCallback):
         def on_step_begin(self, *_: Any, **__: Any) -> None:
+            if not step1_started:
+                step1_started.append(time.time())
             if cuda:
                 torch.cuda.synchronize()
                 torch.cuda.reset_peak_memory_stats()
@@ -101,7 +107,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             steps.append(row)
             # keep what is measured so far if the run is cut short (shared GPUs, time limits)
             args.out.parent.mkdir(parents=True, exist_ok=True)
-            args.out.write_text(json.dumps({"trainer": "trl", "partial": True, "steps": steps}, indent=2))
+            args.out.write_text(json.dumps({"trainer": "trl", "partial": True, "steps": steps,
+                                            "startup_s": step1_started[0] - SCRIPT_STARTED}, indent=2))
 
         def on_log(self, _args: Any, _state: Any, _control: Any, logs: dict | None = None, **__: Any) -> None:
             if logs and steps:
@@ -121,6 +128,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     steady = [r["timing_s/step"] for r in steps[1:]]
     return {"trainer": "trl", "settings": {k: str(v) for k, v in vars(args).items()}, "steps": steps,
             "num_steps": len(steps), "train_wall_s": wall,
+            # the script's start to step 1 starting: imports, model, LoRA, the colocated vLLM engine
+            "startup_s": step1_started[0] - SCRIPT_STARTED if step1_started else None,
             "median_step_s_after_first": statistics.median(steady) if steady else None}
 
 

@@ -143,3 +143,23 @@ def test_speed_table_sets_our_generation_against_the_vllm_ceiling(tmp_path):
     with pytest.raises(SystemExit):
         compare_speed.main(["--ours", str(tmp_path / "ours.json"), "--trl", str(tmp_path / "nope.json"),
                             "--out", str(out)])
+
+
+def test_speed_table_has_a_start_up_row_when_either_side_measured_one(tmp_path):
+    ours = {"num_steps": 2, "steps": [{"timing_s/step": 60.0}, {"timing_s/step": 45.0}]}
+    trl = {"num_steps": 2, "steps": [{"timing_s/step": 70.0}, {"timing_s/step": 59.0}], "startup_s": 62.5}
+    startup = {"launch_to_step1_start_s": 130.6, "milestones": []}
+    text = compare_speed.table(ours, trl, "128 x 8 x 512", None, startup)
+    assert "| start-up s (to step 1 started) | 131 | 62.5 | 2.09 |" in text
+    assert "Start-up: ours from the train script's start" in text
+    assert "start-up" not in compare_speed.table(ours, {**trl, "startup_s": None}, "")  # older TRL JSON: no row
+    assert "| start-up s (to step 1 started) | n/a | 62.5 |  |" in compare_speed.table(ours, trl, "")
+    for name, data in (("ours.json", ours), ("trl.json", trl), ("startup.json", startup)):
+        (tmp_path / name).write_text(json.dumps(data))
+    out = tmp_path / "compare.md"
+    assert compare_speed.main(["--ours", str(tmp_path / "ours.json"), "--trl", str(tmp_path / "trl.json"),
+                               "--ours-startup", str(tmp_path / "startup.json"), "--out", str(out)]) == 0
+    assert out.read_text() == compare_speed.table(ours, trl, "", None, startup)
+    with pytest.raises(SystemExit):
+        compare_speed.main(["--ours", str(tmp_path / "ours.json"), "--ours-startup", str(tmp_path / "nope.json"),
+                            "--out", str(out)])
