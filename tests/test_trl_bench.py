@@ -1,9 +1,13 @@
 """bench/trl_grpo.py, the TRL peer of the speed benchmark, end to end on the CPU: TRL 1.16's GRPOTrainer with
-transformers generation on a tiny model and our reward; the JSON that bench/compare_speed.py reads."""
+transformers generation on a tiny model and our reward; the JSON that bench/compare_speed.py reads.
+
+TRL lives in its own folder (`make setup`: <venv>/trl-site), put on PYTHONPATH for the peer only, as on the GPU
+machines (TRL_PYTHONPATH): importable beside verl, trl 1.16 breaks verl's model patching (Makefile)."""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -14,6 +18,15 @@ from verl_ext.mixture import EnvMixture
 from verl_ext.tiny_model import build_qwen2
 
 from bench_scripts import REPO, load_bench_script
+
+
+TRL_SITE = Path(sys.prefix) / "trl-site"
+
+
+def test_trl_stays_out_of_verls_environment():
+    done = subprocess.run([sys.executable, "-c", "import trl"], capture_output=True, text=True)
+    assert done.returncode != 0, "trl is importable beside verl: verl 0.9.1's model patching then fails (Makefile)"
+    assert (TRL_SITE / "trl" / "__init__.py").is_file(), f"no TRL in {TRL_SITE}: run `make setup`"
 
 
 def test_trl_peer_records_steps_timers_and_start_up(tmp_path, tokenizer_dir):
@@ -27,7 +40,8 @@ def test_trl_peer_records_steps_timers_and_start_up(tmp_path, tokenizer_dir):
                            str(tmp_path / "train.parquet"), "--prompts", "2", "--samples", "2",
                            "--max-new-tokens", "8", "--micro-batch", "4", "--steps", "3",
                            "--generation", "transformers", "--work-dir", str(tmp_path / "work"), "--out", str(out)],
-                          capture_output=True, text=True, cwd=REPO, timeout=600)
+                          capture_output=True, text=True, cwd=REPO, timeout=600,
+                          env={**os.environ, "PYTHONPATH": f"{TRL_SITE}{os.pathsep}{REPO}"})
     wall = time.time() - launched
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(out.read_text())
