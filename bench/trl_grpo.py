@@ -9,8 +9,9 @@ generation batch (prompts x samples completions), as in our scripts when PPO_MIN
 TRAIN_BATCH_SIZE. Per step it records wall time, TRL's own profiling timers (vLLM generation, weight sync,
 reward), generated tokens/s and GPU memory, in the same JSON shape as ``bench/summarize_run.py``; and the
 start-up, from the script's start to step 1 starting (``startup_s``).
-Needs ``trl==1.16.0`` (the dev extra has it); the benchmark needs a GPU and vLLM (colocate mode).
-``--generation transformers`` runs on the CPU: tests/test_trl_bench.py runs it end to end on a tiny model.
+Needs ``trl==1.16.0`` on PYTHONPATH from a folder of its own (``make setup``: .venv/trl-site; on the GPU machines
+TRL_PYTHONPATH): importable beside verl, it breaks verl 0.9.1's model patching (Makefile). The benchmark needs a GPU
+and vLLM (colocate mode); ``--generation transformers`` runs on the CPU (tests/test_trl_bench.py, a tiny model).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 SCRIPT_STARTED = time.time()  # before the heavy imports: start-up counts them, as ours counts verl's
+
 
 def _timers() -> dict[str, list[float]]:
     """Route TRL's profiling timers (normally sent to W&B only) into a dict we can read per step."""
