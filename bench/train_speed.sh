@@ -85,11 +85,11 @@ run_vllm() {
 }
 
 compare() {
-  local peers=()
-  if [[ -f "$dir/trl.json" ]]; then peers+=(--trl "$dir/trl.json"); fi
-  if [[ -f "$dir/vllm.json" ]]; then peers+=(--vllm "$dir/vllm.json"); fi
-  if [[ -f "$ours_dir/startup.json" ]]; then peers+=(--ours-startup "$ours_dir/startup.json"); fi
-  "$PYTHON" bench/compare_speed.py --ours "$ours_dir/ours.json" ${peers[@]+"${peers[@]}"} \
+  local inputs=()  # what this load has measured besides our run's steps
+  if [[ -f "$dir/trl.json" ]]; then inputs+=(--trl "$dir/trl.json"); fi
+  if [[ -f "$dir/vllm.json" ]]; then inputs+=(--vllm "$dir/vllm.json"); fi
+  if [[ -f "$ours_dir/startup.json" ]]; then inputs+=(--ours-startup "$ours_dir/startup.json"); fi
+  "$PYTHON" bench/compare_speed.py --ours "$ours_dir/ours.json" ${inputs[@]+"${inputs[@]}"} \
     --load "$prompts prompts x $samples samples x $tokens tokens${OURS_LABEL:+ ($OURS_LABEL)}" \
     --out "$ours_dir/compare.md"
 }
