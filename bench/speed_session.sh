@@ -34,8 +34,9 @@ CANDIDATE_ARGS=""
 # (bench/trl_grpo.py, bench/vllm_offline.py), e.g. `realistic trl 3 --no-gradient-checkpointing`. Or
 # `paths NAMES`: issue 15's paths (bench/paths_session.sh run, results in its own $PATHS_DIR) between the speed
 # steps, so that one machine's start-up serves both (model: $PATHS_MODEL_DIR, default $MODEL_DIR; issue 15 asks
-# for the learning runs' SFT model, `bench/gpu_learning.sh model-in`). SPEED_PLAN replaces the plan: lines
-# separated by ";".
+# for the learning runs' SFT model, `bench/gpu_learning.sh model-in`). Or `bench SCRIPT [FLAG ...]`: a bench/SCRIPT.py
+# micro-benchmark on the same machine, its JSON in $SPEED_DIR/bench/SCRIPT.json (e.g. `bench fused_logprob_bench
+# --tokens 65536`). SPEED_PLAN replaces the plan: lines separated by ";".
 DEFAULT_PLAN="realistic vllm -; realistic ours $REALISTIC_STEPS; realistic trl $TRL_REALISTIC_STEPS; realistic compare -;
   smoke ours $SMOKE_STEPS; smoke trl $TRL_SMOKE_STEPS; smoke vllm -; smoke compare -"
 # SPEED_PLAN_FILE: the plan from a file instead (relative to the repo root; one line per step, `#` starts a
@@ -65,6 +66,17 @@ command_of() {
   if [[ "$load" == paths ]]; then
     printf '%q ' env "PATHS=$what${steps:+ $steps}${label:+ $label}" "MODEL_DIR=${PATHS_MODEL_DIR:-$MODEL_DIR}" \
       bash bench/paths_session.sh run
+    return 0
+  fi
+  if [[ "$load" == bench ]]; then
+    local flags=()
+    read -r -a flags <<< "$1"
+    if [[ ! "$what" =~ ^[a-z0-9_]+$ || ! -f "bench/$what.py" ]]; then
+      echo "SPEED_PLAN: line '$1': no bench/$what.py (a bench line is 'bench SCRIPT [FLAG ...]')" >&2
+      exit 2
+    fi
+    flags=("${flags[@]:2}")
+    printf '%q ' "${PYTHON:-python3}" "bench/$what.py" --out "$SPEED_DIR/bench/$what.json" ${flags[@]+"${flags[@]}"}
     return 0
   fi
   if [[ ! "$load" =~ ^(realistic|smoke)$ || ! "$what" =~ ^(vllm|ours|trl|compare)$ ]]; then
@@ -116,7 +128,7 @@ step_run() {
     for line in "${PLAN[@]}"; do command_of "$line"; printf '\n'; done
     return 0
   fi
-  mkdir -p "$SPEED_DIR"
+  mkdir -p "$SPEED_DIR/bench"
   echo "settings under test: SPEED_ENV='$SPEED_ENV' SPEED_ARGS='${SPEED_ARGS//$'\n'/ }'" >> "$SPEED_DIR/session.txt"
   for line in "${PLAN[@]}"; do session_step "$SPEED_DIR" "$line" "$(command_of "$line")"; done
 }

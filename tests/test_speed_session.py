@@ -108,6 +108,17 @@ def test_plan_can_interleave_issue_15_paths_and_refuses_unknown_lines():
     assert bad.returncode == 2 and "unknown line 'realistic bogus 3'" in bad.stderr and not bad.stdout
 
 
+def test_a_bench_line_runs_a_bench_script_with_its_json_in_the_session_folder():
+    argvs = plan(SPEED_PLAN="bench fused_logprob_bench --tokens 65536 --iters 3; realistic ours 3",
+                 SPEED_DIR="/tmp/s", PYTHON="/venv/bin/python")
+    assert argvs[0] == ["/venv/bin/python", "bench/fused_logprob_bench.py", "--out",
+                        "/tmp/s/bench/fused_logprob_bench.json", "--tokens", "65536", "--iters", "3"]
+    assert split_command(argvs[1])[1] == ["realistic", "ours"]
+    for line in ("bench no_such_script", "bench ../bench/trl_grpo"):
+        bad = session("run", "--dry-run", SPEED_PLAN=line)
+        assert bad.returncode == 2 and f"line '{line}': no bench/" in bad.stderr and not bad.stdout
+
+
 def test_a_labelled_line_runs_another_setting_of_ours_against_the_same_trl_run():
     argvs = plan(SPEED_PLAN="realistic ours 4 nockpt GRADIENT_CHECKPOINTING=0 reward.num_workers=2; "
                             "realistic trl 3 --no-gradient-checkpointing; realistic compare - nockpt",

@@ -152,6 +152,18 @@ def test_sft_command_composes():
     assert cfg.model.lora_rank == 32 and cfg.data.messages_key == "messages" and cfg.engine.strategy == "fsdp2"
 
 
+@pytest.mark.parametrize("backend", ["torch", "triton"])
+def test_fused_kernel_backend_reaches_verl(backend):
+    """FUSED_KERNELS_BACKEND picks verl's fused log-prob implementation in GRPO and SFT alike (torch by default)."""
+    env = {} if backend == "torch" else {"FUSED_KERNELS_BACKEND": backend}
+    grpo = compose("ppo_trainer", overrides_of(dry_run("openspiel-ppo.sh", RUN_PROFILE="smoke", **env)))
+    assert grpo.actor_rollout_ref.model.use_fused_kernels is True
+    assert grpo.actor_rollout_ref.model.fused_kernel_options.impl_backend == backend
+    assert check_ppo(grpo, check_imports=False) == []
+    sft = compose("sft_trainer_engine", overrides_of(dry_run("sft.sh", MODEL_PATH="/models/qwen", **env)))
+    assert sft.model.use_fused_kernels is True and sft.model.fused_kernel_options.impl_backend == backend
+
+
 @pytest.mark.parametrize("env,message", [
     ({"TRAIN_BATCH_SIZE": "12"}, "TRAIN_BATCH_SIZE (data.train_batch_size=12) must be a multiple of PPO_MINI_BATCH_SIZE"),
     ({"ROLLOUT_N": "3", "N_GPUS_PER_NODE": "5"}, "must divide by the GPU count N_GPUS_PER_NODE"),
@@ -315,6 +327,7 @@ def test_sglang_with_the_attention_override_passes():
 
 @pytest.mark.parametrize(("variable", "value", "choices"), [
     ("ROLLOUT_BACKEND", "vlm", "vllm sglang"), ("FSDP_STRATEGY", "fsdp3", "fsdp2 fsdp"), ("ENABLE_LORA", "yes", "1 0"),
+    ("FUSED_KERNELS_BACKEND", "liger", "torch triton"),
 ])  # fmt: skip
 def test_switch_values_are_checked(variable, value, choices):
     result = subprocess.run(["bash", str(REPO / "train/scripts/openspiel-ppo.sh"), "--dry-run"], capture_output=True,

@@ -41,6 +41,7 @@ ARGS=(
   +model.override_config.attn_implementation="$ATTN_IMPLEMENTATION"
   model.use_remove_padding="$remove_padding"
   model.use_fused_kernels="$fused"
+  model.fused_kernel_options.impl_backend="$FUSED_KERNELS_BACKEND"
   engine.strategy="$FSDP_STRATEGY"
   optim.lr="$LR"
   optim.lr_scheduler_type="$LR_SCHEDULER"

@@ -75,6 +75,11 @@ log_prob_flags() {
   # Python (measured: 13k log_softmax calls per 13k-token micro batch, 137 s of a 197 s GRPO step at 128x8x512;
   # 2 s of every 2 s SFT step of a 13M model)
   : "${USE_FUSED_KERNELS:=1}"
+  # Which of verl's fused kernels: "torch" (verl's default: 512-token chunks, each with its fp32 logits in GPU
+  # memory) or "triton" (verl's Triton kernel, verl/utils/kernel/linear_cross_entropy.py: no logits tensor; CUDA
+  # only). docs/speed.md "Levers" has the measurements.
+  : "${FUSED_KERNELS_BACKEND:=torch}"
+  require_choice FUSED_KERNELS_BACKEND "$FUSED_KERNELS_BACKEND" torch triton
   # Padding-free packing pays with a varlen kernel (flash-attn's, or PyTorch's own: torch_varlen, registered by
   # verl_ext.attention); under SDPA the packed row gets a full L x L block mask (measured: 2.4x slower per micro
   # batch than padded rows), so SDPA runs padded rows.
@@ -218,6 +223,7 @@ grpo_args() {
     actor_rollout_ref.model.enable_gradient_checkpointing="$checkpointing"
     actor_rollout_ref.model.use_remove_padding="$remove_padding"
     actor_rollout_ref.model.use_fused_kernels="$fused"
+    actor_rollout_ref.model.fused_kernel_options.impl_backend="$FUSED_KERNELS_BACKEND"
     actor_rollout_ref.actor.fsdp_config.model_dtype="$ACTOR_MODEL_DTYPE"
     actor_rollout_ref.actor.use_dynamic_bsz="$dynamic"
     actor_rollout_ref.actor.ppo_max_token_len_per_gpu="$MAX_TOKEN_LEN_PER_GPU"
