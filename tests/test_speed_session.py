@@ -12,6 +12,7 @@ from pathlib import Path
 
 from verl_ext.launch.preflight import check_ppo, compose
 
+from bench_scripts import load_bench_script
 from test_train_scripts import dry_run, overrides_of
 
 REPO = Path(__file__).resolve().parents[1]
@@ -198,6 +199,9 @@ def test_every_tracked_plan_is_valid():
         argvs = plan(SPEED_PLAN_FILE=str(plan_file.relative_to(REPO)))
         assert argvs, plan_file
         for argv in argvs:
+            if argv[1].startswith("bench/") and argv[1].endswith(".py"):  # a `bench SCRIPT FLAGS` line
+                load_bench_script(Path(argv[1]).stem).parse_args(argv[2:])  # its flags parse (SystemExit if not)
+                continue
             assert argv[0] == "env" and "bench/train_speed.sh" in argv, (plan_file, argv)
 
 
