@@ -41,3 +41,4 @@ def _stop_kills_only_test_processes(monkeypatch: pytest.MonkeyPatch) -> None:
     does not wait for the GPU."""
     monkeypatch.setenv("LEFTOVER_PATTERN", "verl-ext-tests-no-such-process")
     monkeypatch.setenv("STOP_GPU_WAIT", "0")  # a developer's GPU may be busy with their own work
+    monkeypatch.setenv("SPEED_MONITOR", "0")  # no background sampler from a session run in a test
