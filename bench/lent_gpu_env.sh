@@ -157,7 +157,10 @@ session_main() {
     install) bash bench/gpu_smoke.sh install && MODEL_DIR="$MODEL_DIR" bash bench/gpu_smoke.sh model ;;
     run) shift; step_run "$@" ;;
     detach) session_detach "$dir" "$script" run ;;
-    wait) session_wait "$dir" "${2:?usage: $script wait SECONDS}" ;;
+    # wait also packs: every call that waits brings the evidence so far back, so a machine lost between two
+    # calls (one went idle during an interruption on our side in section 0h) loses only the running step
+    wait) session_wait "$dir" "${2:?usage: $script wait SECONDS}"
+          session_pack "$dir" "$archive" | sed 's/^/wait: packed /' ;;
     stop) session_stop "$dir" ;;
     pack) session_pack "$dir" "$archive" ;;
     *) echo "usage: $script install | run [--dry-run] | detach | wait SECONDS | stop | pack" >&2

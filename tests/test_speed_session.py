@@ -244,3 +244,18 @@ def test_wait_names_the_running_step_and_the_machines_clock(tmp_path):
     line = done.stdout.splitlines()[0]
     assert line.startswith("wait: still running after 0 s; now 20") and line.endswith(" realistic ours 3 probe"), line
     assert "running since 20" in line
+
+
+def test_wait_packs_what_the_session_has_so_far(tmp_path):
+    # the device tool brings back $OUT when a call returns: each wait call then carries the evidence so far
+    speed_dir, out = tmp_path / "speed", tmp_path / "out"
+    (speed_dir / "realistic" / "defaults").mkdir(parents=True)
+    (speed_dir / "realistic" / "defaults" / "compare.md").write_text("| step s | 45.4 |")
+    (speed_dir / "session.txt").write_text("2026-11-25 04:25:33 realistic ours 3 defaults: ok, 268 s\n")
+    (speed_dir / "detached.log").write_text("done\n")
+    (speed_dir / "detached.pid").write_text("999999999")  # no such process: the job has ended
+    waited = session("wait", "1", SPEED_DIR=str(speed_dir), OUT=str(out))
+    assert waited.returncode == 0, waited.stderr
+    assert "wait: ended" in waited.stdout and "wait: packed " in waited.stdout
+    listing = subprocess.run(["tar", "tzf", str(out / "speed.tgz")], capture_output=True, text=True).stdout
+    assert "./realistic/defaults/compare.md" in listing.splitlines() and "./session.txt" in listing.splitlines()
