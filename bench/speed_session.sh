@@ -133,7 +133,8 @@ step_run() {
   # bench/monitor_summary.py), to tell which phases wait on the CPU
   if [[ "${SPEED_MONITOR:-1}" == 1 ]]; then
     bash bench/monitor.sh "$SPEED_DIR/monitor" &
-    trap "kill $! 2>/dev/null || true" EXIT
+    monitor_pid=$!
+    trap 'kill "$monitor_pid" 2>/dev/null || true' EXIT
   fi
   echo "settings under test: SPEED_ENV='$SPEED_ENV' SPEED_ARGS='${SPEED_ARGS//$'\n'/ }'" >> "$SPEED_DIR/session.txt"
   for line in "${PLAN[@]}"; do session_step "$SPEED_DIR" "$line" "$(command_of "$line")"; done
