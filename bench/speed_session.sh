@@ -81,7 +81,7 @@ command_of() {
   fi
   if [[ ! "$load" =~ ^(realistic|smoke)$ || ! "$what" =~ ^(vllm|ours|trl|compare)$ ]]; then
     echo "SPEED_PLAN: unknown line '$1'; lines are 'LOAD WHAT STEPS [LABEL ...]' (LOAD realistic|smoke, WHAT" \
-      "vllm|ours|trl|compare) or 'paths NAMES'" >&2
+      "vllm|ours|trl|compare), 'paths NAMES' or 'bench SCRIPT [FLAG ...]'" >&2
     exit 2
   fi
   read -r -a extra <<< "$label"
