@@ -11,8 +11,9 @@ agent loop takes, agent_loop.py:248-254), so vLLM sees the ids our rollout sends
 
 Settings mirror verl's rollout server (verl/workers/rollout/vllm_rollout/vllm_async_server.py:307-349):
 bfloat16, CUDA graphs unless ``--enforce-eager`` (verl's default ``cudagraph_mode`` FULL_AND_PIECEWISE),
-prefix caching and chunked prefill on, temperature 1, top-p 1, top-k off, ``logprobs=0`` (verl asks for the
-sampled token's log-prob: calculate_log_probs, vllm_async_server.py:622). Scheduling limits
+prefix caching and chunked prefill on, temperature 1, top-p 1, top-k off, no log-probs (our train scripts no
+longer ask for them: ``ROLLOUT_LOG_PROBS=0``; ``--logprobs`` asks for the sampled token's, ``logprobs=0``, as
+verl's ``calculate_log_probs`` does, vllm_async_server.py:622, for ``BYPASS_OLD_LOG_PROB=1``). Scheduling limits
 (``--max-num-seqs``, ``--max-num-batched-tokens``) default to vLLM's own offline defaults (on an H100: 1024
 sequences, 16384 tokens; verl's rollout.yaml sets 256 and 8192): pass verl's values to see what they cost.
 ``--fanout n`` sends each prompt once with ``n=samples`` (vLLM fans out internally); ``--fanout requests``
@@ -50,8 +51,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--top-p", type=float, default=1.0)
     parser.add_argument("--top-k", type=int, default=-1)
-    parser.add_argument("--no-logprobs", dest="logprobs", action="store_false",
-                        help="do not ask for the sampled token's log-prob (verl does)")
+    parser.add_argument("--logprobs", action=argparse.BooleanOptionalAction, default=False,
+                        help="ask for the sampled token's log-prob, as verl does with ROLLOUT_LOG_PROBS=1 "
+                             "(default: no, as the train scripts' default)")
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.4)
     parser.add_argument("--enforce-eager", action="store_true", help="no CUDA graphs (ENFORCE_EAGER=True)")
     parser.add_argument("--max-num-seqs", type=int, help="vLLM scheduler limit (default: vLLM's)")

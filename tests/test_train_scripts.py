@@ -77,7 +77,8 @@ def test_speed_knobs_map_to_verl_keys():
     arr = fast.actor_rollout_ref
     assert arr.rollout.enforce_eager is False and arr.actor.use_dynamic_bsz is True
     assert arr.rollout.log_prob_use_dynamic_bsz is True and arr.ref.log_prob_use_dynamic_bsz is True
-    assert fast.algorithm.rollout_correction.bypass_mode is True
+    # old log-probs from the actor's own pass, and vLLM not asked for per-token log-probs (docs/speed.md 0i)
+    assert fast.algorithm.rollout_correction.bypass_mode is False and arr.rollout.calculate_log_probs is False
     assert arr.actor.use_kl_loss is False  # no KL: verl skips the reference pass
     assert fast.trainer.rollout_data_dir is None and "file" in fast.trainer.logger
     assert arr.model.use_fused_kernels is True and arr.actor.fsdp_config.model_dtype == "fp32"
@@ -117,13 +118,14 @@ def test_speed_knobs_map_to_verl_keys():
     assert check_ppo(plain, check_imports=False) == []
 
 
-@pytest.mark.parametrize("lora, kl, bypass", [("1", "0.1", False), ("1", "0", True), ("0", "0.1", True)])
-def test_lora_with_kl_computes_old_log_probs_by_default(lora, kl, bypass):
-    """LoRA + KL must not make the adapter-disabled reference pass the first forward
-    (tests/test_fsdp2_lora_first_forward.py), so bypass mode is off by default for that pair only."""
+@pytest.mark.parametrize("lora, kl", [("1", "0.1"), ("1", "0"), ("0", "0.1")])
+def test_old_log_probs_are_recomputed_by_default(lora, kl):
+    """The actor computes the old log-probs by default, with or without LoRA and KL (LoRA + KL needs it:
+    tests/test_fsdp2_lora_first_forward.py), and the rollout is not asked for its own."""
     config = compose("ppo_trainer", overrides_of(dry_run(
         "openspiel-ppo.sh", RUN_PROFILE="smoke", ENABLE_LORA=lora, KL_LOSS_COEF=kl)))
-    assert config.algorithm.rollout_correction.bypass_mode is bypass
+    assert config.algorithm.rollout_correction.bypass_mode is False
+    assert config.actor_rollout_ref.rollout.calculate_log_probs is False
     assert config.actor_rollout_ref.actor.use_kl_loss is (kl != "0")
 
 
@@ -133,6 +135,29 @@ def test_lora_with_kl_and_bypass_is_refused():
                             env={**os.environ, "ENABLE_LORA": "1", "KL_LOSS_COEF": "0.05", "BYPASS_OLD_LOG_PROB": "1"})
     assert result.returncode == 2
     assert "BYPASS_OLD_LOG_PROB=1 with ENABLE_LORA=1 and KL_LOSS_COEF=0.05 fails at the first backward" in result.stderr
+
+
+@pytest.mark.parametrize("env, bypass, log_probs", [
+    ({}, False, False), ({"BYPASS_OLD_LOG_PROB": "1"}, True, True), ({"ROLLOUT_LOG_PROBS": "1"}, False, True),
+    ({"BYPASS_OLD_LOG_PROB": "1", "ROLLOUT_LOG_PROBS": "1"}, True, True),
+])  # fmt: skip
+def test_rollout_log_probs_switch_reaches_verl(env, bypass, log_probs):
+    """ROLLOUT_LOG_PROBS maps to rollout.calculate_log_probs and follows BYPASS_OLD_LOG_PROB unless set."""
+    config = compose("ppo_trainer", overrides_of(dry_run("openspiel-ppo.sh", RUN_PROFILE="smoke", **env)))
+    assert config.algorithm.rollout_correction.bypass_mode is bypass
+    assert config.actor_rollout_ref.rollout.calculate_log_probs is log_probs
+    assert check_ppo(config, check_imports=False) == []
+
+
+def test_bypass_without_rollout_log_probs_is_refused(capsys):
+    result = subprocess.run(["bash", str(REPO / "train/scripts/openspiel-ppo.sh"), "--dry-run"], capture_output=True,
+                            text=True, env={**os.environ, "BYPASS_OLD_LOG_PROB": "1", "ROLLOUT_LOG_PROBS": "0"})
+    assert result.returncode == 2
+    assert "ROLLOUT_LOG_PROBS=0 with BYPASS_OLD_LOG_PROB=1: bypass mode trains on the rollout's log-probs" in result.stderr
+    # the same pair written as Hydra overrides is caught by the pre-flight
+    argv = dry_run("openspiel-ppo.sh", "algorithm.rollout_correction.bypass_mode=True", RUN_PROFILE="smoke")
+    assert preflight_main(["--no-import-check", "--", *overrides_of(argv)]) == 2
+    assert "actor_rollout_ref.rollout.calculate_log_probs=False) with BYPASS_OLD_LOG_PROB=1" in capsys.readouterr().err
 
 
 def test_extra_arguments_pass_through_as_overrides():
@@ -327,7 +352,8 @@ def test_sglang_with_the_attention_override_passes():
 
 @pytest.mark.parametrize(("variable", "value", "choices"), [
     ("ROLLOUT_BACKEND", "vlm", "vllm sglang"), ("FSDP_STRATEGY", "fsdp3", "fsdp2 fsdp"), ("ENABLE_LORA", "yes", "1 0"),
-    ("FUSED_KERNELS_BACKEND", "liger", "torch triton"),
+    ("FUSED_KERNELS_BACKEND", "liger", "torch triton"), ("ROLLOUT_LOG_PROBS", "no", "0 1"),
+    ("BYPASS_OLD_LOG_PROB", "yes", "0 1"),
 ])  # fmt: skip
 def test_switch_values_are_checked(variable, value, choices):
     result = subprocess.run(["bash", str(REPO / "train/scripts/openspiel-ppo.sh"), "--dry-run"], capture_output=True,

@@ -43,17 +43,19 @@ def test_defaults_mirror_verls_rollout_and_leave_scheduling_to_vllm(tmp_path):
     assert engine["enable_prefix_caching"] is True and engine["enable_chunked_prefill"] is True
     assert "max_num_seqs" not in engine and "max_num_batched_tokens" not in engine
     assert vllm_offline.sampling_kwargs(args) == {"n": 8, "temperature": 1.0, "top_p": 1.0, "top_k": -1,
-                                                  "max_tokens": 512, "logprobs": 0, "repetition_penalty": 1.0}
+                                                  "max_tokens": 512, "logprobs": None, "repetition_penalty": 1.0}
     verl_like = args_for(tmp_path / "m", tmp_path / "d.parquet", tmp_path / "o.json", "--max-num-seqs", "256",
                          "--max-num-batched-tokens", "8192", "--enforce-eager", "--fanout", "requests",
-                         "--no-logprobs", "--engine-arg", "async_scheduling=true",
+                         "--logprobs", "--engine-arg", "async_scheduling=true",
                          "--engine-arg", "performance_mode=throughput")
     engine = vllm_offline.engine_kwargs(verl_like)
     assert engine["max_num_seqs"] == 256 and engine["max_num_batched_tokens"] == 8192
     assert engine["async_scheduling"] is True and engine["performance_mode"] == "throughput"
     assert engine["enforce_eager"] is True and "compilation_config" not in engine
     sampling = vllm_offline.sampling_kwargs(verl_like)
-    assert sampling["n"] == 1 and sampling["logprobs"] is None
+    assert sampling["n"] == 1 and sampling["logprobs"] == 0
+    assert vllm_offline.sampling_kwargs(args_for(tmp_path / "m", tmp_path / "d.parquet", tmp_path / "o.json",
+                                                 "--no-logprobs"))["logprobs"] is None
 
 
 @pytest.mark.parametrize("flags, message", [

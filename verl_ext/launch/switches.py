@@ -36,10 +36,21 @@ ATTENTION_OVERRIDE = "+actor_rollout_ref.rollout.engine_kwargs.sglang.attention_
 def check_switches(cfg: Any, environ: Mapping[str, str], check_imports: bool = True) -> list[str]:
     """Problems of a composed ``ppo_trainer`` config with the switches above (empty: none found)."""
     problems = check_rollout(cfg, environ, check_imports)
+    problems += check_old_log_probs(cfg)
     problems += check_attention(cfg.actor_rollout_ref.model, "actor_rollout_ref.model", check_imports)
     problems += check_ray(cfg, environ, check_imports)
     problems += verl_validate(cfg)
     return problems
+
+
+def check_old_log_probs(cfg: Any) -> list[str]:
+    """Bypass mode trains on the rollout's log-probs as the old log-probs, so the rollout must return them."""
+    correction = cfg.algorithm.get("rollout_correction") or {}
+    if correction.get("bypass_mode") and not cfg.actor_rollout_ref.rollout.get("calculate_log_probs", True):
+        return ["ROLLOUT_LOG_PROBS=0 (actor_rollout_ref.rollout.calculate_log_probs=False) with BYPASS_OLD_LOG_PROB=1 "
+                "(algorithm.rollout_correction.bypass_mode=True): bypass mode trains on the rollout's log-probs; "
+                "set BYPASS_OLD_LOG_PROB=0 (the actor recomputes them) or ROLLOUT_LOG_PROBS=1"]
+    return []
 
 
 def check_rollout(cfg: Any, environ: Mapping[str, str], check_imports: bool) -> list[str]:

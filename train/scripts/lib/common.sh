@@ -110,25 +110,38 @@ grpo_args() {
   # (docs/speed.md). sdpa runs padded rows; flash_attention_2 needs flash-attn.
   : "${LAYERED_SUMMON:=0}" "${ATTN_IMPLEMENTATION:=torch_varlen}"
   # Speed defaults, chosen by measurement (docs/training.md "Speed"): CUDA graphs in vLLM, token-budget
-  # micro batches, old log-probs taken from the rollout (bypass mode), and no reference pass unless KL is on.
+  # micro batches, old log-probs recomputed by the actor without asking the rollout for its own, and no
+  # reference pass unless KL is on.
   : "${ENFORCE_EAGER:=False}" "${USE_DYNAMIC_BSZ:=1}" "${KL_LOSS_COEF:=0}"
   local kl_on=1
   [[ "$KL_LOSS_COEF" =~ ^0*\.?0*$ ]] && kl_on=0
+  # Old log-probs: 0 (default) has the actor compute them (verl's own default, one forward pass over the batch);
+  # 1 takes the rollout engine's log-probs instead (verl's bypass mode). Bypass skips that pass but makes vLLM
+  # return a log-prob for every sampled token, which costs far more at scale: H100, 128 x 8 x 512, generation
+  # 23.4 -> 10.6-11.1 s for a 5.4-5.7 s actor pass, step 36.0 -> 28.1-29.3 s (docs/speed.md 0i).
+  : "${BYPASS_OLD_LOG_PROB:=0}"
+  require_choice BYPASS_OLD_LOG_PROB "$BYPASS_OLD_LOG_PROB" 0 1
   # LoRA + KL: verl's reference pass is the actor with its adapter disabled, and PEFT freezes the adapter
   # inside disable_adapter(). If that pass is the first forward (bypass mode skips the old-log-prob pass),
   # FSDP2 fixes its gradient dtypes while no parameter is trainable and the first backward fails ("assign a
   # gradient with dtype BFloat16 to a tensor with grad_dtype Float"; tests/test_fsdp2_lora_first_forward.py).
-  # Computing old log-probs with the adapter on makes the first forward a trainable one.
-  if [[ "$ENABLE_LORA" == "1" && "$kl_on" == "1" ]]; then
-    : "${BYPASS_OLD_LOG_PROB:=0}"
-    if [[ "$BYPASS_OLD_LOG_PROB" == "1" ]]; then
-      echo "BYPASS_OLD_LOG_PROB=1 with ENABLE_LORA=1 and KL_LOSS_COEF=$KL_LOSS_COEF fails at the first backward" \
-        "(verl's reference pass runs first with the adapter frozen; docs/training.md). Use BYPASS_OLD_LOG_PROB=0" \
-        "(the default for LoRA with KL), KL_LOSS_COEF=0, or ENABLE_LORA=0." >&2
-      exit 2
-    fi
+  if [[ "$ENABLE_LORA" == "1" && "$kl_on" == "1" && "$BYPASS_OLD_LOG_PROB" == "1" ]]; then
+    echo "BYPASS_OLD_LOG_PROB=1 with ENABLE_LORA=1 and KL_LOSS_COEF=$KL_LOSS_COEF fails at the first backward" \
+      "(verl's reference pass runs first with the adapter frozen; docs/training.md). Use BYPASS_OLD_LOG_PROB=0" \
+      "(the default), KL_LOSS_COEF=0, or ENABLE_LORA=0." >&2
+    exit 2
   fi
-  : "${BYPASS_OLD_LOG_PROB:=1}"
+  # The sampled tokens' log-probs from vLLM/SGLang (rollout.calculate_log_probs): by default only when bypass
+  # mode trains on them. Without bypass they only feed verl's rollout-vs-actor comparison metrics
+  # (training/rollout_probs_diff_*); ROLLOUT_LOG_PROBS=1 brings those back at the generation cost above.
+  : "${ROLLOUT_LOG_PROBS:=$BYPASS_OLD_LOG_PROB}"
+  require_choice ROLLOUT_LOG_PROBS "$ROLLOUT_LOG_PROBS" 0 1
+  if [[ "$BYPASS_OLD_LOG_PROB" == "1" && "$ROLLOUT_LOG_PROBS" == "0" ]]; then
+    echo "ROLLOUT_LOG_PROBS=0 with BYPASS_OLD_LOG_PROB=1: bypass mode trains on the rollout's log-probs as the old" \
+      "log-probs (verl fails at step 1 without them). Use BYPASS_OLD_LOG_PROB=0 (the actor recomputes them)" \
+      "or ROLLOUT_LOG_PROBS=1." >&2
+    exit 2
+  fi
   : "${GRADIENT_CHECKPOINTING:=1}" "${ACTOR_MODEL_DTYPE:=fp32}"
   : "${N_GPUS_PER_NODE:=1}" "${NNODES:=1}" "${TENSOR_PARALLEL_SIZE:=1}"
   : "${PROJECT_NAME:=verl-ext}" "${EXPERIMENT_NAME:=${TASK_NAME}-${RUN_PROFILE}}"
@@ -175,7 +188,7 @@ grpo_args() {
   [[ "$ROLLOUT_BACKEND" == sglang ]] && free_cache_default=1
   : "${ROLLOUT_FREE_CACHE:=$free_cache_default}"
   require_choice ROLLOUT_FREE_CACHE "$ROLLOUT_FREE_CACHE" 0 1
-  local layered=False dynamic=False bypass=False checkpointing=False use_kl=True free_cache=False
+  local layered=False dynamic=False bypass=False checkpointing=False use_kl=True free_cache=False rollout_log_probs=True
   local remove_padding fused external_lib
   log_prob_flags  # sets remove_padding, fused, external_lib
   if [[ "$ENABLE_LORA" == "1" && "$ROLLOUT_LORA_MERGE" == "1" && "$LORA_MERGE_BACKUP" == pinned ]]; then
@@ -195,6 +208,7 @@ grpo_args() {
   [[ "$GRADIENT_CHECKPOINTING" == "1" ]] && checkpointing=True
   [[ "$kl_on" == "0" ]] && use_kl=False  # KL off: verl then skips the reference forward pass
   [[ "$ROLLOUT_FREE_CACHE" == "1" ]] && free_cache=True
+  [[ "$ROLLOUT_LOG_PROBS" == "0" ]] && rollout_log_probs=False
   ARGS=(
     algorithm.adv_estimator=grpo
     data.custom_cls.path=pkg://verl_ext.dataset
@@ -232,6 +246,7 @@ grpo_args() {
     actor_rollout_ref.ref.log_prob_use_dynamic_bsz="$dynamic"
     actor_rollout_ref.ref.log_prob_max_token_len_per_gpu="$MAX_TOKEN_LEN_PER_GPU"
     algorithm.rollout_correction.bypass_mode="$bypass"
+    actor_rollout_ref.rollout.calculate_log_probs="$rollout_log_probs"
     actor_rollout_ref.rollout.name="$ROLLOUT_BACKEND"
     actor_rollout_ref.rollout.n="$ROLLOUT_N"
     actor_rollout_ref.rollout.gpu_memory_utilization="$GPU_MEMORY_UTILIZATION"
