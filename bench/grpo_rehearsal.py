@@ -15,8 +15,9 @@ Before the first step and every ``--eval-every`` steps it measures, on fixed tra
 expected move value, greedy move value and move entropy from the teacher-forced move distribution
 (``bench/policy_shift.py``), which is free of sampling noise.
 
-Not reproduced: FSDP, vLLM sampling in bf16 and the bypass of the old-log-prob pass (here old log-probs are the
-model's own fp32 ones, exactly on-policy), dynamic batching, verl's dataloader order. A collapse that shows
+Not reproduced: FSDP, vLLM sampling in bf16 (old log-probs here are the model's own fp32 ones, exactly on-policy,
+as the train scripts' actor pass computes them by default since docs/speed.md 0i; ``BYPASS_OLD_LOG_PROB=1`` would
+take vLLM's instead), dynamic batching, verl's dataloader order. A collapse that shows
 here is GRPO's own, not one of those.
 
     python bench/grpo_rehearsal.py --model outputs/from-scratch/sft_hf \\

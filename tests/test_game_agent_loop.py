@@ -93,6 +93,7 @@ class Call:
     max_tokens: int
     player: int | None
     tokens: list[int] = field(default_factory=list)
+    logprobs: bool = False  # whether the caller asked for the sampled tokens' log-probs
 
 
 class ScriptedServer:
@@ -112,8 +113,9 @@ class ScriptedServer:
         tokens = reply if isinstance(reply, list) else self.tokenizer.encode(reply, add_special_tokens=False) + [
             self.end]
         call.tokens = tokens[: call.max_tokens]
+        call.logprobs = bool(sampling_params.get("logprobs"))
         self.calls.append(call)
-        logprobs = [-0.01 * (i + 1) for i in range(len(call.tokens))] if sampling_params.get("logprobs") else None
+        logprobs = [-0.01 * (i + 1) for i in range(len(call.tokens))] if call.logprobs else None
         return TokenOutput(token_ids=call.tokens, log_probs=logprobs, stop_reason="completed",
                            extra_fields={"global_steps": 7, "min_global_steps": 7, "max_global_steps": 7})
 
@@ -475,12 +477,15 @@ def test_hostile_replies_never_raise_and_never_pay(game_tokenizer, episodes, nam
     assert scored["reward_extra_info"]["failed"] == 0.0 and scored["reward_extra_info"]["valid"] == 0.0
 
 
-def test_a_mixed_batch_goes_through_verls_agent_loop_worker(game_tokenizer, episodes):
+@pytest.mark.parametrize("rollout_log_probs", [False, True])  # the train scripts' default, and bypass mode's
+def test_a_mixed_batch_goes_through_verls_agent_loop_worker(game_tokenizer, episodes, rollout_log_probs):
     """Single-move and full-game rows in one batch: verl's collate_fn and DataProto, then verl's own
     AgentLoopWorker.generate_sequences: agent_name routing (ours registered from the YAML file, verl's
-    single_turn_agent), sampling params, per-sample reward through the reward worker, padding and batching."""
+    single_turn_agent), sampling params, per-sample reward through the reward worker, padding and batching;
+    with and without the rollout's log-probs (rollout.calculate_log_probs, ROLLOUT_LOG_PROBS)."""
     config = game_config(game_tokenizer.name_or_path)
     OmegaConf.update(config, "data.env.openspiel.task_mode", "mixed", force_add=True)
+    OmegaConf.update(config, "actor_rollout_ref.rollout.calculate_log_probs", rollout_log_probs)
     dataset = DynamicEnvDataset(["env://train"], game_tokenizer, config.data)
     batch = next(iter(DataLoader(dataset, batch_size=12, shuffle=False, collate_fn=collate_fn)))
     proto = DataProto.from_single_dict(batch)
@@ -506,6 +511,13 @@ def test_a_mixed_batch_goes_through_verls_agent_loop_worker(game_tokenizer, epis
     assert len(server.calls) > 12  # games take several calls each
     assert out.batch["responses"].shape == (12, RESPONSE_LEN) and out.batch["prompts"].shape == (12, PROMPT_LEN)
     assert out.meta_info["reward_extra_keys"] == list(METRIC_KEYS)
+    assert all(call.logprobs is rollout_log_probs for call in server.calls)
+    if rollout_log_probs:  # the learner's tokens carry the server's log-probs, everything else 0
+        logprobs = out.batch["rollout_log_probs"]
+        assert logprobs.shape == (12, RESPONSE_LEN)
+        assert bool(((logprobs < 0) == out.batch["response_mask"].bool()).all())
+    else:
+        assert "rollout_log_probs" not in out.batch.keys()
     rm = out.batch["rm_scores"]
     game = np.asarray(out.non_tensor_batch["game"], dtype=float)
     assert list(game) == [float(m == "game") for m in modes]
