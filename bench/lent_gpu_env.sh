@@ -107,9 +107,28 @@ session_wait() {
 # vLLM's server and engine core). After a group kill they held 43 GiB of the GPU two minutes later, and the next
 # run died out of memory (docs/runs/2026-11-25-h100-breakable/).
 # LEFTOVER_PATTERN: the command lines to end (pkill -f); the tests set a marker of their own.
+# SIGKILL is delivered asynchronously: wait (up to LEFTOVER_WAIT tenths of a second, 100) until none of them runs
+# any more (zombies waiting for their parent count as ended), so the next step never starts beside a dying one.
 end_leftovers() {
+  local pattern="${LEFTOVER_PATTERN:-VLLM::EngineCore|ray::}" tenths=0 left
   if [[ -x "$SITE/bin/ray" ]]; then "$SITE/bin/ray" stop --force > /dev/null 2>&1 || true; fi
-  pkill -9 -f "${LEFTOVER_PATTERN:-VLLM::EngineCore|ray::}" 2> /dev/null || true
+  pkill -9 -f "$pattern" 2> /dev/null || true
+  while left="$(live_matches "$pattern")"; [[ -n "$left" ]] && (( tenths < ${LEFTOVER_WAIT:-100} )); do
+    sleep 0.1
+    tenths=$((tenths + 1))
+  done
+  if [[ -n "$left" ]]; then echo "stop: processes $left matching '$pattern' still run after $((tenths / 10)) s" >&2; fi
+}
+
+# The pids (comma-separated) whose command line matches PATTERN and that are not zombies.
+live_matches() {
+  local pid stat live=()
+  for pid in $(pgrep -f "$1" || true); do
+    stat="$(cat "/proc/$pid/stat" 2> /dev/null)" || continue
+    stat="${stat##*) }"  # the state follows the command name, which may hold spaces and parentheses
+    [[ "${stat%% *}" == Z ]] || live+=("$pid")
+  done
+  (IFS=,; echo "${live[*]}")
 }
 
 # Wait up to SECONDS until no process holds a GPU (where nvidia-smi exists); name the ones left.
