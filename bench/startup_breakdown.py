@@ -55,7 +55,9 @@ MILESTONES: tuple[Milestone, ...] = (
               "verl trainer/main_ppo.py:73"),
     Milestone("ray", "Ray started", r"Started a local Ray instance\.|Connected to Ray cluster\.",
               "ray 2.60.0 ray/_private/worker.py:2025-2039"),
-    Milestone("task_runner", "TaskRunner actor running (its imports done)", r"\(TaskRunnerV1 pid=\d+\) \{'actor_rollout_ref'",
+    # TASK_RUNNER=driver: the same print comes from the driver process, without Ray's actor prefix
+    Milestone("task_runner", "TaskRunner running (its imports done)",
+              r"\(TaskRunnerV1 pid=\d+\) \{'actor_rollout_ref'|^\{'actor_rollout_ref'",
               "verl trainer/main_ppo.py:144 (pprint of the config, no time of its own)"),
     Milestone("transfer_queue", "TransferQueue started, trainer building datasets", r"Using dataset class: ",
               "verl utils/dataset/rl_dataset.py:594, after transfer_queue.init (main_ppo.py:149) and the trainer's "

@@ -62,7 +62,7 @@ def test_checks_pass_then_verls_hydra_main_gets_the_same_overrides():
 
 def test_a_failing_check_stops_before_verl(no_gpu_import_check, capsys):
     called = []
-    status = ppo_main.main([*overrides(), "data.train_batch_size=7"], run_verl=lambda: called.append(1))
+    status = ppo_main.main([*overrides(), "data.train_batch_size=7"], run_verl=called.append)
     assert status == 2 and called == []
     assert "must be a multiple of" in capsys.readouterr().err
 

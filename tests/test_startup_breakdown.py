@@ -112,6 +112,17 @@ def test_every_milestone_is_timed_from_the_exact_messages():
     assert "Launch to step 1 start: 286.1 s." in text
 
 
+def test_the_task_runner_in_the_driver_is_timed_from_its_unprefixed_lines():
+    """TASK_RUNNER=driver: verl's TaskRunner prints from the driver process, so its lines carry no actor prefix."""
+    driver = [(at, text.replace(TASK, "")) for at, text in SYNTHETIC]
+    driver[5] = ("2026-11-23 11:29:36.500", driver[5][1])  # no new process: right after Ray
+    rows = by_key(startup.breakdown(stamped(driver)))
+    assert rows["task_runner"]["after_previous_s"] == pytest.approx(1.399)
+    assert rows["transfer_queue"]["since_launch_s"] == pytest.approx(39.0)
+    # the agent-loop workers are still Ray actors: their constructor line, not the driver's own
+    assert rows["agent_loop_worker"]["since_launch_s"] == pytest.approx(188.7)
+
+
 def test_an_unstamped_log_times_what_carries_its_own_time_and_says_what_does_not():
     result = startup.breakdown([text + "\n" for _, text in SYNTHETIC[1:]])
     rows = by_key(result)

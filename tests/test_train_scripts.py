@@ -31,9 +31,13 @@ def dry_run(script: str, *overrides: str, **env: str) -> list[str]:
 
 def overrides_of(argv: list[str]) -> list[str]:
     """The Hydra overrides after `-m verl.trainer.<module>` (sft.sh has `-m torch.distributed.run` before it) or
-    after `-m verl_ext.launch.ppo_main` (PREFLIGHT_IN_PROCESS=1)."""
+    after `-m verl_ext.launch.ppo_main` (PREFLIGHT_IN_PROCESS=1) and its own options (TASK_RUNNER=driver)."""
     index = next(i for i, arg in enumerate(argv[:-1])
                  if arg == "-m" and (argv[i + 1].startswith("verl.trainer.") or argv[i + 1] == "verl_ext.launch.ppo_main"))
+    if argv[index + 1] == "verl_ext.launch.ppo_main":
+        from verl_ext.launch.ppo_main import split_options
+
+        return split_options(argv[index + 2:])[1]
     return argv[index + 2:]
 
 

@@ -1,12 +1,14 @@
 """Our pre-flight, then verl's ``main_ppo``, in one interpreter (``PREFLIGHT_IN_PROCESS=1`` in the train scripts).
 
-    python -m verl_ext.launch.ppo_main [hydra overrides]
+    python -m verl_ext.launch.ppo_main [--no-preflight] [--task-runner actor|driver] [hydra overrides]
 
 By default the train scripts run the pre-flight as its own process and then ``python -m verl.trainer.main_ppo``:
 both import verl, torch and (for a LoRA run with vLLM, through verl's ``validate_config``) vLLM. On the lent H100
 that separate pre-flight took 24-34 s of a 304-359 s start-up (docs/runs/2026-11-23-h100-speed/). Here the checks
 run first and, when they pass, verl's own Hydra entry point runs in the same process with the same overrides;
-a failing check exits 2 before verl starts, as before.
+a failing check exits 2 before verl starts, as before. ``--no-preflight`` leaves the checks out (the scripts
+ran them in a process of their own: ``PREFLIGHT_IN_PROCESS=0``); ``--task-runner driver`` runs verl's
+TaskRunner in this process instead of a Ray actor (``TASK_RUNNER=driver``, ``verl_ext/launch/task_runner.py``).
 """
 
 from __future__ import annotations
@@ -17,23 +19,54 @@ from collections.abc import Callable, Sequence
 from . import preflight
 
 PREFLIGHT_DONE = "[verl-ext] launch: pre-flight done in process, starting verl"
+TASK_RUNNERS = ("actor", "driver")
 
 
-def _verl_main() -> None:
-    from verl.trainer.main_ppo import main as verl_main  # hydra.main: reads the overrides from sys.argv
+def _verl_main(task_runner: str = "actor") -> None:
+    import verl.trainer.main_ppo as main_ppo  # hydra.main: reads the overrides from sys.argv
 
-    verl_main()
+    if task_runner == "driver":
+        from .task_runner import use_driver_task_runner
+
+        use_driver_task_runner(main_ppo)
+    main_ppo.main()
 
 
-def main(argv: Sequence[str] | None = None, run_verl: Callable[[], None] = _verl_main) -> int:
+def split_options(argv: Sequence[str]) -> tuple[dict[str, object], list[str]]:
+    """Our leading options (``--no-preflight``, ``--task-runner X``) and the Hydra overrides after them."""
+    options: dict[str, object] = {"preflight": True, "task_runner": "actor"}
+    rest = list(argv)
+    while rest and rest[0].startswith("--"):
+        flag = rest.pop(0)
+        if flag == "--":
+            break
+        if flag == "--no-preflight":
+            options["preflight"] = False
+        elif flag == "--task-runner" or flag.startswith("--task-runner="):
+            value = flag.partition("=")[2] if "=" in flag else (rest.pop(0) if rest else "")
+            if value not in TASK_RUNNERS:
+                raise ValueError(f"--task-runner (TASK_RUNNER) must be one of {', '.join(TASK_RUNNERS)}, got {value!r}")
+            options["task_runner"] = value
+        else:
+            raise ValueError(f"unknown option {flag!r}: python -m verl_ext.launch.ppo_main [--no-preflight] "
+                             "[--task-runner actor|driver] [hydra overrides]")
+    return options, rest
+
+
+def main(argv: Sequence[str] | None = None, run_verl: Callable[[str], None] = _verl_main) -> int:
     """Check the overrides; on success hand them to verl's ``main_ppo`` (``run_verl``) and return 0, else 2."""
-    overrides = list(sys.argv[1:] if argv is None else argv)
-    status = preflight.main(["--config-name", "ppo_trainer", "--", *overrides])
-    if status:
-        return status
-    print(PREFLIGHT_DONE, flush=True)
+    try:
+        options, overrides = split_options(sys.argv[1:] if argv is None else argv)
+    except ValueError as err:
+        print(f"pre-flight: {err}", file=sys.stderr)
+        return 2
+    if options["preflight"]:
+        status = preflight.main(["--config-name", "ppo_trainer", "--", *overrides])
+        if status:
+            return status
+        print(PREFLIGHT_DONE, flush=True)
     sys.argv = [sys.argv[0], *overrides]
-    run_verl()
+    run_verl(str(options["task_runner"]))
     return 0
 
 

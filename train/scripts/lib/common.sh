@@ -319,13 +319,21 @@ launch() {
   # 1: the pre-flight runs inside verl's process (verl_ext.launch.ppo_main) instead of its own, so verl, torch
   # and vLLM are imported once (H100: pre-flight + config check done at 23 s instead of ~50-60 s; docs/speed.md 0a).
   require_choice PREFLIGHT_IN_PROCESS "${PREFLIGHT_IN_PROCESS:=1}" 1 0
-  local in_process=0
-  if [[ "$config_name" == ppo_trainer && "$module" == verl.trainer.main_ppo && "$PREFLIGHT_IN_PROCESS" == 1 ]]; then
-    in_process=1
-    module=verl_ext.launch.ppo_main
+  # actor: verl's TaskRunner is a Ray actor of its own (verl's way); driver: it runs in this process, which has
+  # already imported verl, so one process start and its imports leave the start-up (verl_ext/launch/task_runner.py)
+  require_choice TASK_RUNNER "${TASK_RUNNER:=actor}" actor driver
+  local in_process=0 options=()
+  if [[ "$config_name" == ppo_trainer && "$module" == verl.trainer.main_ppo ]]; then
+    if [[ "$PREFLIGHT_IN_PROCESS" == 1 ]]; then
+      in_process=1
+    else
+      options+=(--no-preflight)
+    fi
+    if [[ "$TASK_RUNNER" == driver ]]; then options+=(--task-runner driver); fi
+    if (( in_process )) || [[ "$TASK_RUNNER" == driver ]]; then module=verl_ext.launch.ppo_main; else options=(); fi
   fi
   if (( ${#launcher[@]} == 0 )); then launcher=("$PYTHON"); fi
-  local cmd=("${launcher[@]}" -m "$module" "$@")
+  local cmd=("${launcher[@]}" -m "$module" ${options[@]+"${options[@]}"} "$@")
   if [[ "$DRY_RUN" == "1" ]]; then
     printf '%q ' "${cmd[@]}"
     printf '\n'
