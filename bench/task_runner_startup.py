@@ -65,7 +65,7 @@ def stamped_run(command: list[str], timeout: float) -> tuple[list[str], int]:
     """Run ``command``; its output lines stamped as ``verl_ext/launch/logtee.py`` stamps them, and its status."""
     lines = [f"{_stamp(time.time())} | [verl-ext] launch: train script started"]
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO,
-                            env={**os.environ, "RAY_DEDUP_LOGS": "0"})
+                            env={**{k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}, "RAY_DEDUP_LOGS": "0"})
     deadline = time.monotonic() + timeout
     assert proc.stdout is not None
     for line in proc.stdout:

@@ -127,8 +127,8 @@ print("DRIVER_PID", os.getpid())
 @pytest.mark.slow
 def test_the_runner_sees_in_the_driver_what_it_sees_as_a_ray_actor(tmp_path):
     out = tmp_path / "probe.jsonl"
-    env = {key: value for key, value in os.environ.items() if key != "OMP_NUM_THREADS"}
-    env.update(PROBE_OUT=str(out), RAY_DEDUP_LOGS="0")
+    env = {key: value for key, value in os.environ.items() if key not in ("OMP_NUM_THREADS", "RAY_ADDRESS")}
+    env.update(PROBE_OUT=str(out), RAY_DEDUP_LOGS="0")  # a local Ray cluster of its own
     done = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, env=env, cwd=tmp_path,
                           timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -154,7 +154,8 @@ def test_verls_task_runner_runs_in_the_driver_up_to_the_gpu_check(tmp_path, toke
     assert argv[3:5] == ["--no-preflight", "--task-runner"]  # no vLLM here for the pre-flight's import check
     command = [sys.executable, *argv[1:], "trainer.logger=[console]", "ray_kwargs.ray_init.num_cpus=8",
                "transfer_queue.backend.SimpleStorage.num_data_storage_units=2"]
-    env = {**os.environ, "RAY_DEDUP_LOGS": "0"}
+    env = {key: value for key, value in os.environ.items() if key != "RAY_ADDRESS"}  # a local cluster of its own
+    env["RAY_DEDUP_LOGS"] = "0"
     done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=REPO, timeout=400)
     output = done.stdout + done.stderr
     assert done.returncode != 0, output[-3000:]
