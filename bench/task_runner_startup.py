@@ -86,11 +86,15 @@ def measure(lines: list[str], status: int) -> dict:
     at = {row["key"]: row["since_launch_s"] for row in result["milestones"]}
     phases = {name: round(at[end] - at[start], 2) if start in at and end in at else None
               for start, end, name in PHASES}
-    reached = any(GPU_CHECK in line for line in lines)
-    end = datetime.strptime(lines[-1][:23], "%Y-%m-%d %H:%M:%S.%f")
-    start = datetime.strptime(lines[0][:23], "%Y-%m-%d %H:%M:%S.%f")
-    return {"phases_s": phases, "to_gpu_check_s": round((end - start).total_seconds(), 2) if reached else None,
-            "reached_gpu_check": reached, "status": status}
+    check = next((line for line in lines if GPU_CHECK in line), None)
+    to_check = None
+    if check is not None:
+        to_check = round((_stamped_at(check) - _stamped_at(lines[0])).total_seconds(), 2)
+    return {"phases_s": phases, "to_gpu_check_s": to_check, "reached_gpu_check": check is not None, "status": status}
+
+
+def _stamped_at(line: str) -> datetime:
+    return datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S.%f")
 
 
 def summary(runs: list[dict]) -> dict:

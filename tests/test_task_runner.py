@@ -179,7 +179,8 @@ def test_the_cpu_bench_times_each_phase_from_the_runs_output(tmp_path):
              "2026-11-25 10:00:10.250 | [verl-ext] launch: TaskRunner running in the driver process (TASK_RUNNER=driver)",
              "2026-11-25 10:00:10.500 | {'actor_rollout_ref': {'actor': {'_target_': 'x'}}}",
              "2026-11-25 10:00:21.000 | Using dataset class: DynamicEnvDataset",
-             "2026-11-25 10:00:22.000 | ValueError: Total available GPUs 0 is less than total desired GPUs 1"]
+             "2026-11-25 10:00:22.000 | ValueError: Total available GPUs 0 is less than total desired GPUs 1",
+             "2026-11-25 10:00:22.400 | Set the environment variable HYDRA_FULL_ERROR=1 for a complete stack trace."]
     run = {"mode": "driver", **bench.measure(lines, 1)}
     assert run["phases_s"] == {"Ray started -> TaskRunner running": 2.0, "TaskRunner running -> datasets built": 10.5,
                                "launch -> datasets built": 21.0}
