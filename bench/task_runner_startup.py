@@ -22,12 +22,13 @@ import statistics
 import subprocess
 import sys
 import time
-from datetime import datetime
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
 import startup_breakdown  # noqa: E402  (a sibling script, not a package)
+
+from verl_ext.launch import logtee  # noqa: E402
 
 MODES = ("actor", "driver")
 CPU_OVERRIDES = ["trainer.logger=[console]", "ray_kwargs.ray_init.num_cpus=8",
@@ -62,22 +63,22 @@ def launch_command(mode: str, model: Path, game_types: str, checkpoints: Path) -
 
 
 def stamped_run(command: list[str], timeout: float) -> tuple[list[str], int]:
-    """Run ``command``; its output lines stamped as ``verl_ext/launch/logtee.py`` stamps them, and its status."""
-    lines = [f"{_stamp(time.time())} | [verl-ext] launch: train script started"]
+    """Run ``command``; its output lines stamped with ``verl_ext/launch/logtee.py``'s stamp, and its status."""
+    lines = [_stamped(logtee.LAUNCH_MARK)]
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO,
                             env={**{k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}, "RAY_DEDUP_LOGS": "0"})
     deadline = time.monotonic() + timeout
     assert proc.stdout is not None
     for line in proc.stdout:
-        lines.append(f"{_stamp(time.time())} | {line.rstrip()}")
+        lines.append(_stamped(line.rstrip()))
         if time.monotonic() > deadline:
             proc.kill()
             break
     return lines, proc.wait()
 
 
-def _stamp(epoch: float) -> str:
-    return datetime.fromtimestamp(epoch).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+def _stamped(text: str) -> str:
+    return logtee.stamp(time.time()).decode() + text
 
 
 def measure(lines: list[str], status: int) -> dict:
@@ -89,12 +90,9 @@ def measure(lines: list[str], status: int) -> dict:
     check = next((line for line in lines if GPU_CHECK in line), None)
     to_check = None
     if check is not None:
-        to_check = round((_stamped_at(check) - _stamped_at(lines[0])).total_seconds(), 2)
+        stamps = [startup_breakdown.parse_line(line).stamped for line in (lines[0], check)]
+        to_check = round((stamps[1] - stamps[0]).total_seconds(), 2)
     return {"phases_s": phases, "to_gpu_check_s": to_check, "reached_gpu_check": check is not None, "status": status}
-
-
-def _stamped_at(line: str) -> datetime:
-    return datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S.%f")
 
 
 def summary(runs: list[dict]) -> dict:

@@ -34,7 +34,9 @@ class Runner:
 def test_the_stand_in_builds_the_decorated_class_and_refuses_what_is_not_one():
     actor_class = ray.remote(Runner)  # decorating needs no Ray cluster
     assert original_class(actor_class) is Runner
-    assert isinstance(DriverTaskRunner(actor_class).remote(), object)
+    handle = DriverTaskRunner(actor_class).remote()  # a Runner built in this process, its run bound to it
+    handle.run.method("config")
+    assert handle.run.method.__self__.runs == ["config"]
     with pytest.raises(TypeError, match="is not a Ray actor class: TASK_RUNNER=driver needs .*use TASK_RUNNER=actor"):
         DriverTaskRunner(Runner)
     with pytest.raises(RuntimeError, match=r"TASK_RUNNER=driver cannot .* \['runtime_env'\].*use TASK_RUNNER=actor"):

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 from types import ModuleType
-from typing import Any
+from typing import Any, NoReturn
 
 DRIVER_MARK = "[verl-ext] launch: TaskRunner running in the driver process (TASK_RUNNER=driver)"
 
@@ -43,7 +43,7 @@ class DriverTaskRunner:
     def remote(self) -> _DriverHandle:
         return _DriverHandle(self.runner_class())
 
-    def options(self, **options: Any) -> DriverTaskRunner:
+    def options(self, **options: Any) -> NoReturn:
         # run_ppo only asks for options to profile the runner with Nsight (global_profiler.tool=nsys), which
         # needs the runner to be a Ray actor
         raise RuntimeError(f"TASK_RUNNER=driver cannot start verl's TaskRunner with Ray options {sorted(options)} "

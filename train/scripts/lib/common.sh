@@ -323,14 +323,11 @@ launch() {
   # already imported verl, so one process start and its imports leave the start-up (verl_ext/launch/task_runner.py)
   require_choice TASK_RUNNER "${TASK_RUNNER:=actor}" actor driver
   local in_process=0 options=()
-  if [[ "$config_name" == ppo_trainer && "$module" == verl.trainer.main_ppo ]]; then
-    if [[ "$PREFLIGHT_IN_PROCESS" == 1 ]]; then
-      in_process=1
-    else
-      options+=(--no-preflight)
-    fi
+  if [[ "$config_name" == ppo_trainer && "$module" == verl.trainer.main_ppo
+        && ( "$PREFLIGHT_IN_PROCESS" == 1 || "$TASK_RUNNER" == driver ) ]]; then
+    module=verl_ext.launch.ppo_main
+    if [[ "$PREFLIGHT_IN_PROCESS" == 1 ]]; then in_process=1; else options+=(--no-preflight); fi
     if [[ "$TASK_RUNNER" == driver ]]; then options+=(--task-runner driver); fi
-    if (( in_process )) || [[ "$TASK_RUNNER" == driver ]]; then module=verl_ext.launch.ppo_main; else options=(); fi
   fi
   if (( ${#launcher[@]} == 0 )); then launcher=("$PYTHON"); fi
   local cmd=("${launcher[@]}" -m "$module" ${options[@]+"${options[@]}"} "$@")
