@@ -20,6 +20,24 @@ install_wheels() {
   python3 -m verl_ext.wheelhouse install --chunks "$CHUNKS" --target-dir "$SITE" ${bytecode[@]+"${bytecode[@]}"} 2>&1 | tail -5
 }
 
+# What tells one lent machine from another, for reading its timings beside other sessions' (machine M of
+# docs/speed.md 0k started everything ~2x slower than machine L with the same code): CPU, cores, memory, GPU,
+# whether $SITE has its bytecode (.py files against this interpreter's .pyc files) and the seconds a fresh
+# interpreter takes to import torch (imports are most of the start-up, docs/speed.md section 3).
+machine_facts() {
+  local python="${PYTHON:-python3}" tag py pyc
+  tag="$("$python" -c 'import sys; print(sys.implementation.cache_tag)')"
+  py="$(find "$SITE" -name '*.py' 2>/dev/null | wc -l)"
+  pyc="$(find "$SITE" -name "*.$tag.pyc" 2>/dev/null | wc -l)"
+  echo "date: $(date '+%F %T %Z')"
+  echo "cpu: $(grep -m1 '^model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'); cores: $(nproc)"
+  echo "memory: $(awk '/^MemTotal/ {printf "%.1f GiB", $2 / 1048576}' /proc/meminfo)"
+  echo "gpu: $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || echo none)"
+  echo "python: $("$python" -c 'import platform; print(platform.python_version())') ($tag)"
+  echo "site: $SITE: $py .py files, $pyc $tag .pyc files; PYTHONDONTWRITEBYTECODE=${PYTHONDONTWRITEBYTECODE:-unset}"
+  echo "import torch: $("$python" -c 'import time; t = time.perf_counter(); import torch; print(f"{time.perf_counter() - t:.2f} s")' 2>&1 | tail -1)"
+}
+
 # One detached job per host (bench/gpu_learning.sh, bench/speed_session.sh): two verl runs with their own Ray
 # clusters share verl 0.9.1's weight-sync socket path and hang (docs/runs/2026-11-23-h100-run4/).
 : "${DETACH_LOCK:=/tmp/verl-ext-detached.pid}"
@@ -173,7 +191,11 @@ session_main() {
   local script="$1" dir="$2" archive="$3"
   shift 3
   case "${1:-}" in
-    install) bash bench/gpu_smoke.sh install && MODEL_DIR="$MODEL_DIR" bash bench/gpu_smoke.sh model ;;
+    # install keeps its output and the machine's facts in the session folder, so that `pack` brings them back
+    install) mkdir -p "$dir"
+             { bash bench/gpu_smoke.sh install && MODEL_DIR="$MODEL_DIR" bash bench/gpu_smoke.sh model; } 2>&1 |
+               tee "$dir/install.log"
+             machine_facts | tee "$dir/machine.txt" ;;
     run) shift; step_run "$@" ;;
     detach) session_detach "$dir" "$script" run ;;
     # wait also packs: every call that waits brings the evidence so far back, so a machine lost between two

@@ -259,3 +259,21 @@ def test_wait_packs_what_the_session_has_so_far(tmp_path):
     assert "wait: ended" in waited.stdout and "wait: packed " in waited.stdout
     listing = subprocess.run(["tar", "tzf", str(out / "speed.tgz")], capture_output=True, text=True).stdout
     assert "./realistic/defaults/compare.md" in listing.splitlines() and "./session.txt" in listing.splitlines()
+
+
+def test_machine_facts_count_the_sites_bytecode_and_time_an_import(tmp_path):
+    # what tells machine M's doubled start-up (docs/speed.md 0k) from a missing bytecode install next time
+    site = tmp_path / "site"
+    (site / "pkg").mkdir(parents=True)
+    for name in ("a", "b"):
+        (site / "pkg" / f"{name}.py").write_text("x = 1\n")
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(site / "pkg" / "a.py")], check=True)
+    script = f"source bench/lent_gpu_env.sh; SITE={shlex.quote(str(site))} PYTHON={shlex.quote(sys.executable)} machine_facts"
+    done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert done.returncode == 0, done.stderr
+    facts = dict(line.split(": ", 1) for line in done.stdout.splitlines())
+    tag = sys.implementation.cache_tag
+    assert facts["site"].startswith(f"{site}: 2 .py files, 1 {tag} .pyc files; PYTHONDONTWRITEBYTECODE=")
+    assert facts["python"].endswith(f"({tag})")
+    assert float(facts["import torch"].removesuffix(" s")) > 0  # this venv has torch: a time, not an error
+    assert "cores: " in facts["cpu"] and facts["memory"].endswith(" GiB")
