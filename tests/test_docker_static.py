@@ -282,6 +282,7 @@ ALLOWED = {
     "STEPS": "bench/train_speed.sh: optimizer steps of the speed benchmark (a bench setting, not a training one)",
     "OURS_LABEL": "bench/train_speed.sh: subfolder for one more setting of ours (a bench setting)",
     "PYTHONPATH": "standard Python variable; bench scripts extend it for their subprocesses",
+    "PYTHONDONTWRITEBYTECODE": "standard Python variable; bench/lent_gpu_env.sh machine_facts only records it",
     "SLURMD_NODENAME": "set by Slurm: the node a batch script runs on (multinode.sbatch puts the Ray head there)",
     "EPOCHREALTIME": "bash 5's clock: the train scripts note when they started (start-up breakdown)",
     "SETTINGS": "bench/rollout_sweep.sh: the settings file of the sweep (a bench setting, not a training one)",
