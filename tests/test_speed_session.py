@@ -277,3 +277,37 @@ def test_machine_facts_count_the_sites_bytecode_and_time_an_import(tmp_path):
     assert facts["python"].endswith(f"({tag})")
     assert float(facts["import torch"].removesuffix(" s")) > 0  # this venv has torch: a time, not an error
     assert "cores: " in facts["cpu"] and facts["memory"].endswith(" GiB")
+
+
+def test_next_session_plans_runs_compose_and_pass_preflight():
+    # the plans meant for the next GPU session: every run of ours is a valid verl config before device time is spent
+    labels = set()
+    for name in ("next-session.plan", "one-machine.plan"):
+        runs = [split_command(argv) for argv in plan(SPEED_PLAN_FILE=f"bench/plans/{name}")]
+        ours = [(env, args) for env, (_, what), args in runs if what == "ours"]
+        assert ours, name
+        labels |= {env.get("OURS_LABEL") for env, _ in ours}
+        for env, args in ours:
+            knobs = {k: v for k, v in env.items() if k not in ("OUT", "MODEL_PATH", "TRL_PYTHONPATH", "STEPS", "OURS_LABEL")}
+            cfg = compose("ppo_trainer", overrides_of(dry_run("openspiel-ppo.sh", *args, RUN_PROFILE="smoke", **knobs)))
+            assert check_ppo(cfg, check_imports=False) == [], (name, env, args)
+            if env.get("OURS_LABEL") == "rootonly":  # verl's apply_fsdp2 then wraps no decoder layer
+                from verl.utils.config import omega_conf_to_dataclass
+
+                from verl.utils.fsdp_utils import _select_fsdp2_wrap_targets
+
+                engine = omega_conf_to_dataclass(cfg.actor_rollout_ref.actor.fsdp_config)
+                names = engine.get("wrap_policy", {})["transformer_layer_cls_to_wrap"]
+                model = tiny_qwen2()
+                assert len(_select_fsdp2_wrap_targets(model, model._no_split_modules)) == 2  # verl's default
+                assert _select_fsdp2_wrap_targets(model, names) == []
+    assert {"driver", "actor", "bypass", "rootonly"} <= labels
+
+
+def tiny_qwen2():
+    """A two-layer Qwen2 with tied embeddings, as the 0.5B shape has them."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    return Qwen2ForCausalLM(Qwen2Config(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                        num_attention_heads=4, num_key_value_heads=2, vocab_size=128,
+                                        tie_word_embeddings=True))
