@@ -21,19 +21,19 @@ install_wheels() {
 }
 
 # What tells one lent machine from another, for reading its timings beside other sessions' (machine M of
-# docs/speed.md 0k started everything ~2x slower than machine L with the same code): CPU, cores, memory, GPU,
+# docs/speed.md 0k started everything ~2x slower than machine L with the same code): CPU, cores, memory,
 # whether $SITE has its bytecode (.py files against this interpreter's .pyc files) and the seconds a fresh
-# interpreter takes to import torch (imports are most of the start-up, docs/speed.md section 3).
+# interpreter takes to import torch (imports are most of the start-up, docs/speed.md section 3). The GPU is in
+# gpu.txt, which session_pack writes.
 machine_facts() {
-  local python="${PYTHON:-python3}" tag py pyc
-  tag="$("$python" -c 'import sys; print(sys.implementation.cache_tag)')"
-  py="$(find "$SITE" -name '*.py' 2>/dev/null | wc -l)"
-  pyc="$(find "$SITE" -name "*.$tag.pyc" 2>/dev/null | wc -l)"
+  local python="${PYTHON:-python3}" version tag py pyc
+  read -r version tag < <("$python" -c 'import platform, sys; print(platform.python_version(), sys.implementation.cache_tag)')
+  read -r py pyc < <(find "$SITE" \( -name '*.py' -o -name "*.$tag.pyc" \) 2>/dev/null |
+                       awk '/\.py$/ {py++} /\.pyc$/ {pyc++} END {print py + 0, pyc + 0}')
   echo "date: $(date '+%F %T %Z')"
   echo "cpu: $(grep -m1 '^model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'); cores: $(nproc)"
   echo "memory: $(awk '/^MemTotal/ {printf "%.1f GiB", $2 / 1048576}' /proc/meminfo)"
-  echo "gpu: $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || echo none)"
-  echo "python: $("$python" -c 'import platform; print(platform.python_version())') ($tag)"
+  echo "python: $version ($tag)"
   echo "site: $SITE: $py .py files, $pyc $tag .pyc files; PYTHONDONTWRITEBYTECODE=${PYTHONDONTWRITEBYTECODE:-unset}"
   echo "import torch: $("$python" -c 'import time; t = time.perf_counter(); import torch; print(f"{time.perf_counter() - t:.2f} s")' 2>&1 | tail -1)"
 }

@@ -38,6 +38,11 @@ def split_command(argv: list[str]) -> tuple[dict[str, str], list[str], list[str]
     return env, argv[index + 2:index + 4], argv[index + 4:]
 
 
+def script_knobs(env: dict[str, str]) -> dict[str, str]:
+    """The train-script variables of an `ours` step: its environment without the bench's own variables."""
+    return {k: v for k, v in env.items() if k not in ("OUT", "MODEL_PATH", "TRL_PYTHONPATH", "STEPS", "OURS_LABEL")}
+
+
 def test_plan_measures_each_load_side_by_side():
     steps = [split_command(argv) for argv in plan(SPEED_DIR="/tmp/s", MODEL_DIR="/m")]
     assert [what for _, what, _ in steps] == [
@@ -50,7 +55,7 @@ def test_plan_measures_each_load_side_by_side():
 
 def test_candidate_settings_compose_and_pass_preflight():
     env, _, args = split_command(plan()[1])
-    knobs = {k: v for k, v in env.items() if k not in ("OUT", "MODEL_PATH", "TRL_PYTHONPATH", "STEPS")}
+    knobs = script_knobs(env)
     assert knobs.pop("VLLM_LOGGING_LEVEL") == "INFO"  # vLLM's start-up lines for the breakdown
     assert knobs == {} and args == []  # the defaults are the candidate (merged LoRA, in-process pre-flight)
     argv = dry_run("openspiel-ppo.sh", RUN_PROFILE="smoke", **knobs)
@@ -288,8 +293,8 @@ def test_next_session_plans_runs_compose_and_pass_preflight():
         assert ours, name
         labels |= {env.get("OURS_LABEL") for env, _ in ours}
         for env, args in ours:
-            knobs = {k: v for k, v in env.items() if k not in ("OUT", "MODEL_PATH", "TRL_PYTHONPATH", "STEPS", "OURS_LABEL")}
-            cfg = compose("ppo_trainer", overrides_of(dry_run("openspiel-ppo.sh", *args, RUN_PROFILE="smoke", **knobs)))
+            cfg = compose("ppo_trainer", overrides_of(dry_run("openspiel-ppo.sh", *args, RUN_PROFILE="smoke",
+                                                              **script_knobs(env))))
             assert check_ppo(cfg, check_imports=False) == [], (name, env, args)
             if env.get("OURS_LABEL") == "rootonly":  # verl's apply_fsdp2 then wraps no decoder layer
                 from verl.utils.config import omega_conf_to_dataclass
