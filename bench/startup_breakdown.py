@@ -57,11 +57,15 @@ MILESTONES: tuple[Milestone, ...] = (
               "ray 2.60.0 ray/_private/worker.py:2025-2039"),
     # TASK_RUNNER=driver: the same print comes from the driver process, without Ray's actor prefix
     Milestone("task_runner", "TaskRunner running (its imports done)",
-              r"\(TaskRunnerV1 pid=\d+\) \{'actor_rollout_ref'|^\{'actor_rollout_ref'",
+              r"\((?:TaskRunnerV1|OverlappedTaskRunner) pid=\d+\) \{'actor_rollout_ref'|^\{'actor_rollout_ref'",
               "verl trainer/main_ppo.py:144 (pprint of the config, no time of its own)"),
+    # TRANSFER_QUEUE_START=overlap: the datasets are built while TransferQueue starts, and its own line follows
     Milestone("transfer_queue", "TransferQueue started, trainer building datasets", r"Using dataset class: ",
               "verl utils/dataset/rl_dataset.py:594, after transfer_queue.init (main_ppo.py:149) and the trainer's "
               "constructor start"),
+    Milestone("transfer_queue_ready", "TransferQueue ready (TRANSFER_QUEUE_START=overlap: started beside the trainer)",
+              re.escape("[verl-ext] launch: TransferQueue ready"),
+              "verl_ext/launch/transfer_queue_start.py (READY_MARK)"),
     Milestone("worker_group", "FSDP worker processes created", r"create worker group ",
               "verl trainer/ppo/v1/trainer_base.py:312"),
     Milestone("actor_init", "actor (FSDP) model initialised", r"actor and ref model engine initialized",

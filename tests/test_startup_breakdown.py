@@ -84,8 +84,11 @@ def test_every_milestone_is_timed_from_the_exact_messages():
                "first_train_reward": datetime(2026, 11, 23, 11, 34, 2, 800000)}
     result = startup.breakdown(stamped(), samples)
     rows = by_key(result)
-    assert result["origin"] == "2026-11-23 11:29:16" and result["missing"] == []
-    assert [r["key"] for r in result["milestones"]] == [m.key for m in startup.MILESTONES]
+    assert result["origin"] == "2026-11-23 11:29:16"  # a serial run: TransferQueue prints no ready line of its own
+    assert result["missing"] == [{"key": "transfer_queue_ready", "label": startup.MILESTONES[7].label,
+                                  "why": "not found"}]
+    assert [r["key"] for r in result["milestones"]] == [m.key for m in startup.MILESTONES
+                                                        if m.key != "transfer_queue_ready"]
     assert rows["ray"]["since_launch_s"] == pytest.approx(19.101)  # Ray's own time, not the log stamp
     assert rows["command"]["since_launch_s"] == pytest.approx(1.0)
     assert rows["preflight"]["since_launch_s"] == pytest.approx(6.4)
@@ -121,6 +124,19 @@ def test_the_task_runner_in_the_driver_is_timed_from_its_unprefixed_lines():
     assert rows["transfer_queue"]["since_launch_s"] == pytest.approx(39.0)
     # the agent-loop workers are still Ray actors: their constructor line, not the driver's own
     assert rows["agent_loop_worker"]["since_launch_s"] == pytest.approx(188.7)
+
+
+def test_transfer_queue_started_beside_the_trainer_is_timed_where_it_became_ready():
+    """TRANSFER_QUEUE_START=overlap: the runner is our subclass (its own actor prefix), the datasets are built
+    while TransferQueue starts, and its ready line lands among the trainer's later milestones."""
+    runner = "\x1b[36m(OverlappedTaskRunner pid=812)\x1b[0m "
+    overlapped = [(at, text.replace(TASK, runner)) for at, text in SYNTHETIC]
+    overlapped.insert(8, ("2026-11-23 11:30:01.000", runner + "[verl-ext] launch: TransferQueue ready after 16.0 s"))
+    rows = by_key(startup.breakdown(stamped(overlapped)))
+    assert rows["task_runner"]["since_launch_s"] == pytest.approx(29.0)
+    keys = [key for key in rows]
+    assert keys.index("worker_group") + 1 == keys.index("transfer_queue_ready") < keys.index("actor_init")
+    assert rows["transfer_queue_ready"]["after_previous_s"] == pytest.approx(2.75)
 
 
 def test_an_unstamped_log_times_what_carries_its_own_time_and_says_what_does_not():

@@ -62,9 +62,11 @@ def test_the_actor_environment_is_applied(monkeypatch):
 
 
 @pytest.mark.parametrize("argv, options, rest", [
-    (["a=1"], {"preflight": True, "task_runner": "actor"}, ["a=1"]),
-    (["--task-runner", "driver", "a=1"], {"preflight": True, "task_runner": "driver"}, ["a=1"]),
-    (["--no-preflight", "--task-runner=driver", "--", "a=1"], {"preflight": False, "task_runner": "driver"}, ["a=1"]),
+    (["a=1"], {"preflight": True, "task_runner": "actor", "transfer_queue_start": "serial"}, ["a=1"]),
+    (["--task-runner", "driver", "a=1"], {"preflight": True, "task_runner": "driver",
+                                          "transfer_queue_start": "serial"}, ["a=1"]),
+    (["--no-preflight", "--task-runner=driver", "--", "a=1"], {"preflight": False, "task_runner": "driver",
+                                                      "transfer_queue_start": "serial"}, ["a=1"]),
 ])  # fmt: skip
 def test_launcher_options(argv, options, rest):
     assert split_options(argv) == (options, rest)

@@ -1,6 +1,7 @@
 """Our pre-flight, then verl's ``main_ppo``, in one interpreter (``PREFLIGHT_IN_PROCESS=1`` in the train scripts).
 
-    python -m verl_ext.launch.ppo_main [--no-preflight] [--task-runner actor|driver] [hydra overrides]
+    python -m verl_ext.launch.ppo_main [--no-preflight] [--task-runner actor|driver]
+        [--transfer-queue-start serial|overlap] [hydra overrides]
 
 By default the train scripts run the pre-flight as its own process and then ``python -m verl.trainer.main_ppo``:
 both import verl, torch and (for a LoRA run with vLLM, through verl's ``validate_config``) vLLM. On the lent H100
@@ -8,7 +9,9 @@ that separate pre-flight took 24-34 s of a 304-359 s start-up (docs/runs/2026-11
 run first and, when they pass, verl's own Hydra entry point runs in the same process with the same overrides;
 a failing check exits 2 before verl starts, as before. ``--no-preflight`` leaves the checks out (the scripts
 ran them in a process of their own: ``PREFLIGHT_IN_PROCESS=0``); ``--task-runner driver`` runs verl's
-TaskRunner in this process instead of a Ray actor (``TASK_RUNNER=driver``, ``verl_ext/launch/task_runner.py``).
+TaskRunner in this process instead of a Ray actor (``TASK_RUNNER=driver``, ``verl_ext/launch/task_runner.py``);
+``--transfer-queue-start overlap`` starts TransferQueue while the trainer starts its workers instead of before them
+(``TRANSFER_QUEUE_START=overlap``, ``verl_ext/launch/transfer_queue_start.py``).
 """
 
 from __future__ import annotations
@@ -20,11 +23,20 @@ from . import preflight
 
 PREFLIGHT_DONE = "[verl-ext] launch: pre-flight done in process, starting verl"
 TASK_RUNNERS = ("actor", "driver")
+TRANSFER_QUEUE_STARTS = ("serial", "overlap")  # verl_ext/launch/transfer_queue_start.py (imports verl)
+CHOICES = {"--task-runner": ("task_runner", TASK_RUNNERS, "TASK_RUNNER"),
+           "--transfer-queue-start": ("transfer_queue_start", TRANSFER_QUEUE_STARTS, "TRANSFER_QUEUE_START")}
+USAGE = ("python -m verl_ext.launch.ppo_main [--no-preflight] [--task-runner actor|driver] "
+         "[--transfer-queue-start serial|overlap] [hydra overrides]")
 
 
-def _verl_main(task_runner: str = "actor") -> None:
+def _verl_main(task_runner: str = "actor", transfer_queue_start: str = "serial") -> None:
     import verl.trainer.main_ppo as main_ppo  # hydra.main: reads the overrides from sys.argv
 
+    if transfer_queue_start == "overlap":  # before the driver stand-in, which wraps whatever class is there
+        from .transfer_queue_start import use_overlapped_transfer_queue
+
+        use_overlapped_transfer_queue(main_ppo)
     if task_runner == "driver":
         from .task_runner import use_driver_task_runner
 
@@ -33,8 +45,9 @@ def _verl_main(task_runner: str = "actor") -> None:
 
 
 def split_options(argv: Sequence[str]) -> tuple[dict[str, object], list[str]]:
-    """Our leading options (``--no-preflight``, ``--task-runner X``) and the Hydra overrides after them."""
-    options: dict[str, object] = {"preflight": True, "task_runner": "actor"}
+    """Our leading options (``--no-preflight``, ``--task-runner X``, ``--transfer-queue-start X``) and the Hydra
+    overrides after them."""
+    options: dict[str, object] = {"preflight": True, "task_runner": "actor", "transfer_queue_start": "serial"}
     rest = list(argv)
     while rest and rest[0].startswith("--"):
         flag = rest.pop(0)
@@ -42,18 +55,18 @@ def split_options(argv: Sequence[str]) -> tuple[dict[str, object], list[str]]:
             break
         if flag == "--no-preflight":
             options["preflight"] = False
-        elif flag == "--task-runner" or flag.startswith("--task-runner="):
+        elif (name := flag.partition("=")[0]) in CHOICES:
+            key, allowed, variable = CHOICES[name]
             value = flag.partition("=")[2] if "=" in flag else (rest.pop(0) if rest else "")
-            if value not in TASK_RUNNERS:
-                raise ValueError(f"--task-runner (TASK_RUNNER) must be one of {', '.join(TASK_RUNNERS)}, got {value!r}")
-            options["task_runner"] = value
+            if value not in allowed:
+                raise ValueError(f"{name} ({variable}) must be one of {', '.join(allowed)}, got {value!r}")
+            options[key] = value
         else:
-            raise ValueError(f"unknown option {flag!r}: python -m verl_ext.launch.ppo_main [--no-preflight] "
-                             "[--task-runner actor|driver] [hydra overrides]")
+            raise ValueError(f"unknown option {flag!r}: {USAGE}")
     return options, rest
 
 
-def main(argv: Sequence[str] | None = None, run_verl: Callable[[str], None] = _verl_main) -> int:
+def main(argv: Sequence[str] | None = None, run_verl: Callable[[str, str], None] = _verl_main) -> int:
     """Check the overrides; on success hand them to verl's ``main_ppo`` (``run_verl``) and return 0, else 2."""
     try:
         options, overrides = split_options(sys.argv[1:] if argv is None else argv)
@@ -66,7 +79,7 @@ def main(argv: Sequence[str] | None = None, run_verl: Callable[[str], None] = _v
             return status
         print(PREFLIGHT_DONE, flush=True)
     sys.argv = [sys.argv[0], *overrides]
-    run_verl(str(options["task_runner"]))
+    run_verl(str(options["task_runner"]), str(options["transfer_queue_start"]))
     return 0
 
 

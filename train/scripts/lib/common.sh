@@ -322,12 +322,16 @@ launch() {
   # actor: verl's TaskRunner is a Ray actor of its own (verl's way); driver: it runs in this process, which has
   # already imported verl, so one process start and its imports leave the start-up (verl_ext/launch/task_runner.py)
   require_choice TASK_RUNNER "${TASK_RUNNER:=actor}" actor driver
+  # serial: TransferQueue starts before the trainer (verl's order); overlap: while the trainer starts its workers
+  # (verl_ext/launch/transfer_queue_start.py)
+  require_choice TRANSFER_QUEUE_START "${TRANSFER_QUEUE_START:=serial}" serial overlap
   local in_process=0 options=()
   if [[ "$config_name" == ppo_trainer && "$module" == verl.trainer.main_ppo
-        && ( "$PREFLIGHT_IN_PROCESS" == 1 || "$TASK_RUNNER" == driver ) ]]; then
+        && ( "$PREFLIGHT_IN_PROCESS" == 1 || "$TASK_RUNNER" == driver || "$TRANSFER_QUEUE_START" == overlap ) ]]; then
     module=verl_ext.launch.ppo_main
     if [[ "$PREFLIGHT_IN_PROCESS" == 1 ]]; then in_process=1; else options+=(--no-preflight); fi
     if [[ "$TASK_RUNNER" == driver ]]; then options+=(--task-runner driver); fi
+    if [[ "$TRANSFER_QUEUE_START" == overlap ]]; then options+=(--transfer-queue-start overlap); fi
   fi
   if (( ${#launcher[@]} == 0 )); then launcher=("$PYTHON"); fi
   local cmd=("${launcher[@]}" -m "$module" ${options[@]+"${options[@]}"} "$@")
