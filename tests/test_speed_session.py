@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from verl_ext.launch.preflight import check_ppo, compose
 
 from bench_scripts import load_bench_script
@@ -287,7 +289,7 @@ def test_machine_facts_count_the_sites_bytecode_and_time_an_import(tmp_path):
 def test_next_session_plans_runs_compose_and_pass_preflight():
     # the plans meant for the next GPU session: every run of ours is a valid verl config before device time is spent
     labels = set()
-    for name in ("next-session.plan", "one-machine.plan"):
+    for name in ("next-session.plan", "one-machine.plan", "startup-overlap.plan"):
         runs = [split_command(argv) for argv in plan(SPEED_PLAN_FILE=f"bench/plans/{name}")]
         ours = [(env, args) for env, (_, what), args in runs if what == "ours"]
         assert ours, name
@@ -296,17 +298,26 @@ def test_next_session_plans_runs_compose_and_pass_preflight():
             cfg = compose("ppo_trainer", overrides_of(dry_run("openspiel-ppo.sh", *args, RUN_PROFILE="smoke",
                                                               **script_knobs(env))))
             assert check_ppo(cfg, check_imports=False) == [], (name, env, args)
-            if env.get("OURS_LABEL") == "rootonly":  # verl's apply_fsdp2 then wraps no decoder layer
-                from verl.utils.config import omega_conf_to_dataclass
+            if env.get("OURS_LABEL", "").startswith("oneunit"):
+                assert_one_fsdp2_unit(cfg)
+    assert {"driver", "oneunit", "oneunit2", "both"} <= labels
 
-                from verl.utils.fsdp_utils import _select_fsdp2_wrap_targets
 
-                engine = omega_conf_to_dataclass(cfg.actor_rollout_ref.actor.fsdp_config)
-                names = engine.get("wrap_policy", {})["transformer_layer_cls_to_wrap"]
-                model = tiny_qwen2()
-                assert len(_select_fsdp2_wrap_targets(model, model._no_split_modules)) == 2  # verl's default
-                assert _select_fsdp2_wrap_targets(model, names) == []
-    assert {"driver", "actor", "bypass", "rootonly"} <= labels
+def assert_one_fsdp2_unit(cfg) -> None:
+    """The FSDP engine's whole wrap path (transformer_impl.py:413-417 then apply_fsdp2): verl's wrap policy must
+    find the named class (it raised for a class no module has: section 0l's RootOnly run), and apply_fsdp2 must
+    then wrap that one body module instead of every decoder layer."""
+    from verl.utils.config import omega_conf_to_dataclass
+    from verl.utils.fsdp_utils import _select_fsdp2_wrap_targets, get_fsdp_wrap_policy
+
+    engine = omega_conf_to_dataclass(cfg.actor_rollout_ref.actor.fsdp_config)
+    names = engine.get("wrap_policy", {})["transformer_layer_cls_to_wrap"]
+    model = tiny_qwen2()
+    assert len(_select_fsdp2_wrap_targets(model, model._no_split_modules)) == 2  # verl's default: each layer
+    assert get_fsdp_wrap_policy(module=model, config=engine.wrap_policy, is_lora=True) is not None
+    assert _select_fsdp2_wrap_targets(model, names) == [model.model]
+    with pytest.raises(Exception, match="Could not find any of the transformer layer classes.*RootOnly"):
+        get_fsdp_wrap_policy(module=model, config={"transformer_layer_cls_to_wrap": ["RootOnly"]}, is_lora=True)
 
 
 def tiny_qwen2():
