@@ -23,7 +23,7 @@ from . import preflight
 
 PREFLIGHT_DONE = "[verl-ext] launch: pre-flight done in process, starting verl"
 TASK_RUNNERS = ("actor", "driver")
-TRANSFER_QUEUE_STARTS = ("serial", "overlap")  # verl_ext/launch/transfer_queue_start.py (imports verl)
+TRANSFER_QUEUE_STARTS = ("serial", "overlap")  # here: transfer_queue_start.py imports verl, so only after the checks
 CHOICES = {"--task-runner": ("task_runner", TASK_RUNNERS, "TASK_RUNNER"),
            "--transfer-queue-start": ("transfer_queue_start", TRANSFER_QUEUE_STARTS, "TRANSFER_QUEUE_START")}
 USAGE = ("python -m verl_ext.launch.ppo_main [--no-preflight] [--task-runner actor|driver] "
