@@ -85,8 +85,8 @@ def test_every_milestone_is_timed_from_the_exact_messages():
     result = startup.breakdown(stamped(), samples)
     rows = by_key(result)
     assert result["origin"] == "2026-11-23 11:29:16"  # a serial run: TransferQueue prints no ready line of its own
-    assert result["missing"] == [{"key": "transfer_queue_ready", "label": startup.MILESTONES[7].label,
-                                  "why": "not found"}]
+    ready = next(m for m in startup.MILESTONES if m.key == "transfer_queue_ready")
+    assert result["missing"] == [{"key": ready.key, "label": ready.label, "why": "not found"}]
     assert [r["key"] for r in result["milestones"]] == [m.key for m in startup.MILESTONES
                                                         if m.key != "transfer_queue_ready"]
     assert rows["ray"]["since_launch_s"] == pytest.approx(19.101)  # Ray's own time, not the log stamp
@@ -134,7 +134,7 @@ def test_transfer_queue_started_beside_the_trainer_is_timed_where_it_became_read
     overlapped.insert(8, ("2026-11-23 11:30:01.000", runner + "[verl-ext] launch: TransferQueue ready after 16.0 s"))
     rows = by_key(startup.breakdown(stamped(overlapped)))
     assert rows["task_runner"]["since_launch_s"] == pytest.approx(29.0)
-    keys = [key for key in rows]
+    keys = list(rows)
     assert keys.index("worker_group") + 1 == keys.index("transfer_queue_ready") < keys.index("actor_init")
     assert rows["transfer_queue_ready"]["after_previous_s"] == pytest.approx(2.75)
 

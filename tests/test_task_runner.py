@@ -148,14 +148,12 @@ def test_the_runner_sees_in_the_driver_what_it_sees_as_a_ray_actor(tmp_path):
     assert in_driver["omp"] == "1" and in_driver["threads"] == 1
 
 
-@pytest.mark.slow
-def test_verls_task_runner_runs_in_the_driver_up_to_the_gpu_check(tmp_path, tokenizer_dir):
-    """The real TaskRunnerV1 in the driver: TransferQueue's actors, the trainer, the tokenizer and our
-    DynamicEnvDataset (train and val), then verl's resource pool asks for the GPU this machine does not have."""
+def run_up_to_the_gpu_check(tmp_path: Path, tokenizer_dir: Path, **knobs: str) -> tuple[list[str], str]:
+    """openspiel-ppo.sh's command (without the pre-flight: no vLLM here) on a tiny model in a local Ray cluster of
+    its own, run until it fails at verl's GPU check; its argv and its console output."""
     model = build_qwen2(tmp_path / "model", "tiny", tokenizer_dir)
-    argv = dry_run("openspiel-ppo.sh", RUN_PROFILE="smoke", TASK_RUNNER="driver", PREFLIGHT_IN_PROCESS="0",
-                   MODEL_PATH=str(model), GAME_TYPES="tic_tac_toe", CHECKPOINT_DIR=str(tmp_path / "checkpoints"))
-    assert argv[3:5] == ["--no-preflight", "--task-runner"]  # no vLLM here for the pre-flight's import check
+    argv = dry_run("openspiel-ppo.sh", RUN_PROFILE="smoke", PREFLIGHT_IN_PROCESS="0", MODEL_PATH=str(model),
+                   GAME_TYPES="tic_tac_toe", CHECKPOINT_DIR=str(tmp_path / "checkpoints"), **knobs)
     command = [sys.executable, *argv[1:], "trainer.logger=[console]", "ray_kwargs.ray_init.num_cpus=8",
                "transfer_queue.backend.SimpleStorage.num_data_storage_units=2"]
     env = {key: value for key, value in os.environ.items() if key != "RAY_ADDRESS"}  # a local cluster of its own
@@ -163,6 +161,15 @@ def test_verls_task_runner_runs_in_the_driver_up_to_the_gpu_check(tmp_path, toke
     done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=REPO, timeout=400)
     output = done.stdout + done.stderr
     assert done.returncode != 0, output[-3000:]
+    return argv, output
+
+
+@pytest.mark.slow
+def test_verls_task_runner_runs_in_the_driver_up_to_the_gpu_check(tmp_path, tokenizer_dir):
+    """The real TaskRunnerV1 in the driver: TransferQueue's actors, the trainer, the tokenizer and our
+    DynamicEnvDataset (train and val), then verl's resource pool asks for the GPU this machine does not have."""
+    argv, output = run_up_to_the_gpu_check(tmp_path, tokenizer_dir, TASK_RUNNER="driver")
+    assert argv[3:5] == ["--no-preflight", "--task-runner"]  # no vLLM here for the pre-flight's import check
     assert DRIVER_MARK in output and "(TaskRunnerV1 pid=" not in output, output[-3000:]
     lines = output.splitlines()
     assert any(line.startswith("{'actor_rollout_ref': {") for line in lines)  # verl's config print, unprefixed

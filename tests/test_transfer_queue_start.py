@@ -7,7 +7,6 @@ import hashlib
 import inspect
 import os
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -23,8 +22,8 @@ from verl_ext.launch import ppo_main
 from verl_ext.launch.task_runner import DriverTaskRunner, original_class, use_driver_task_runner
 from verl_ext.launch.transfer_queue_start import (OVERLAP_MARK, READY_MARK, SERIAL_MARK, OverlappedTaskRunner,
                                                   use_overlapped_transfer_queue)
-from verl_ext.tiny_model import build_qwen2
 
+from test_task_runner import run_up_to_the_gpu_check
 from test_train_scripts import dry_run
 
 REPO = Path(__file__).resolve().parents[1]
@@ -42,13 +41,10 @@ class Events:
         with self.lock:
             self.seen.append(event)
 
-    def index(self, event: str) -> int:
-        return self.seen.index(event)
-
 
 def fake_stack(monkeypatch, events: Events, tq_seconds: float = 0.3, tq_error: Exception | None = None,
                init_error: Exception | None = None) -> None:
-    """transfer_queue and verl's sync trainer replaced by recorders; the TaskRunner's own code is verl's."""
+    """transfer_queue, verl's sync trainer and the agent-loop manager replaced by recorders; run() is ours."""
 
     def tq_init(conf):
         events.add("tq.init start")
@@ -164,16 +160,7 @@ def test_train_script_passes_the_switch_and_refuses_an_unknown_value():
 def test_verls_runner_as_a_ray_actor_starts_transfer_queue_beside_the_trainer(tmp_path, tokenizer_dir):
     """The real run as verl starts it (a Ray actor, our class pickled to it): TransferQueue's actors start in a
     thread while the trainer builds our datasets and reaches verl's GPU check, and are closed after that error."""
-    model = build_qwen2(tmp_path / "model", "tiny", tokenizer_dir)
-    argv = dry_run("openspiel-ppo.sh", RUN_PROFILE="smoke", TRANSFER_QUEUE_START="overlap", PREFLIGHT_IN_PROCESS="0",
-                   MODEL_PATH=str(model), GAME_TYPES="tic_tac_toe", CHECKPOINT_DIR=str(tmp_path / "checkpoints"))
-    command = [sys.executable, *argv[1:], "trainer.logger=[console]", "ray_kwargs.ray_init.num_cpus=8",
-               "transfer_queue.backend.SimpleStorage.num_data_storage_units=2"]
-    env = {key: value for key, value in os.environ.items() if key != "RAY_ADDRESS"}  # a local cluster of its own
-    env["RAY_DEDUP_LOGS"] = "0"
-    done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=REPO, timeout=400)
-    output = done.stdout + done.stderr
-    assert done.returncode != 0, output[-3000:]
+    _, output = run_up_to_the_gpu_check(tmp_path, tokenizer_dir, TRANSFER_QUEUE_START="overlap")
     runner_lines = [line for line in output.splitlines() if "(OverlappedTaskRunner pid=" in line]
     assert any(OVERLAP_MARK in line for line in runner_lines), output[-3000:]
     assert any(READY_MARK in line for line in runner_lines), output[-3000:]  # waited for before the close
