@@ -289,7 +289,7 @@ def test_machine_facts_count_the_sites_bytecode_and_time_an_import(tmp_path):
 def test_next_session_plans_runs_compose_and_pass_preflight():
     # the plans meant for the next GPU session: every run of ours is a valid verl config before device time is spent
     labels = set()
-    for name in ("next-session.plan", "one-machine.plan", "startup-overlap.plan"):
+    for name in ("next-session.plan", "one-machine.plan", "startup-overlap.plan", "startup-fork.plan"):
         runs = [split_command(argv) for argv in plan(SPEED_PLAN_FILE=f"bench/plans/{name}")]
         ours = [(env, args) for env, (_, what), args in runs if what == "ours"]
         assert ours, name
@@ -300,7 +300,10 @@ def test_next_session_plans_runs_compose_and_pass_preflight():
             assert check_ppo(cfg, check_imports=False) == [], (name, env, args)
             if env.get("OURS_LABEL", "").startswith("oneunit"):
                 assert_one_fsdp2_unit(cfg)
-    assert {"driver", "oneunit", "oneunit2", "both"} <= labels
+            forked = cfg.ray_kwargs.ray_init.get("runtime_env", {}).get("env_vars", {})
+            assert (forked.get("VERL_USE_EXTERNAL_MODULES") == "verl_ext.launch.vllm_worker_fork") == \
+                (env.get("ROLLOUT_WORKER_START") == "fork"), (name, env)
+    assert {"driver", "oneunit", "oneunit2", "both", "fork", "all"} <= labels
 
 
 def assert_one_fsdp2_unit(cfg) -> None:

@@ -188,6 +188,20 @@ grpo_args() {
   [[ "$ROLLOUT_BACKEND" == sglang ]] && free_cache_default=1
   : "${ROLLOUT_FREE_CACHE:=$free_cache_default}"
   require_choice ROLLOUT_FREE_CACHE "$ROLLOUT_FREE_CACHE" 0 1
+  # How vLLM's engine core starts its GPU worker process: spawn (what vLLM does when its server runs in a Ray
+  # actor, as under verl) or fork (the worker starts with the engine core's imports; verl_ext/launch/vllm_worker_fork.py)
+  : "${ROLLOUT_WORKER_START:=spawn}"
+  require_choice ROLLOUT_WORKER_START "$ROLLOUT_WORKER_START" spawn fork
+  if [[ "$ROLLOUT_WORKER_START" == fork && "$ROLLOUT_BACKEND" != vllm ]]; then
+    echo "ROLLOUT_WORKER_START=fork applies to vLLM's engine core only; ROLLOUT_BACKEND=$ROLLOUT_BACKEND starts" \
+      "its own processes. Use ROLLOUT_WORKER_START=spawn." >&2
+    exit 2
+  fi
+  if [[ "$ROLLOUT_WORKER_START" == fork && "${VLLM_WORKER_MULTIPROC_METHOD:-}" == spawn ]]; then
+    echo "ROLLOUT_WORKER_START=fork with VLLM_WORKER_MULTIPROC_METHOD=spawn in the environment: vLLM's explicit" \
+      "spawn wins. Unset one of them." >&2
+    exit 2
+  fi
   local layered=False dynamic=False bypass=False checkpointing=False use_kl=True free_cache=False rollout_log_probs=True
   local remove_padding fused external_lib
   log_prob_flags  # sets remove_padding, fused, external_lib
@@ -280,6 +294,12 @@ grpo_args() {
   fi
   if [[ -n "$LORA_ADAPTER_PATH" ]]; then
     ARGS+=(actor_rollout_ref.model.lora_adapter_path="$LORA_ADAPTER_PATH")
+  fi
+  if [[ "$ROLLOUT_WORKER_START" == fork ]]; then
+    # The job's runtime_env reaches every Ray worker, on every node; verl imports the modules it names
+    local modules="${VERL_USE_EXTERNAL_MODULES:+$VERL_USE_EXTERNAL_MODULES,}verl_ext.launch.vllm_worker_fork"
+    [[ "$modules" == *,* ]] && modules="'$modules'"
+    ARGS+=(+ray_kwargs.ray_init.runtime_env.env_vars.VERL_USE_EXTERNAL_MODULES="$modules")
   fi
   if [[ -n "$ROLLOUT_POLL_INTERVAL" ]]; then
     ARGS+=(trainer.v1.sampler.custom_sampler.path=pkg://verl_ext.replay_buffer
