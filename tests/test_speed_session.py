@@ -289,7 +289,8 @@ def test_machine_facts_count_the_sites_bytecode_and_time_an_import(tmp_path):
 def test_next_session_plans_runs_compose_and_pass_preflight():
     # the plans meant for the next GPU session: every run of ours is a valid verl config before device time is spent
     labels = set()
-    for name in ("next-session.plan", "one-machine.plan", "startup-overlap.plan", "startup-fork.plan"):
+    for name in ("next-session.plan", "one-machine.plan", "startup-overlap.plan", "startup-fork.plan",
+                 "startup-confirm.plan"):
         runs = [split_command(argv) for argv in plan(SPEED_PLAN_FILE=f"bench/plans/{name}")]
         ours = [(env, args) for env, (_, what), args in runs if what == "ours"]
         assert ours, name
