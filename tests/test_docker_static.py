@@ -283,6 +283,8 @@ ALLOWED = {
     "OURS_LABEL": "bench/train_speed.sh: subfolder for one more setting of ours (a bench setting)",
     "PYTHONPATH": "standard Python variable; bench scripts extend it for their subprocesses",
     "PYTHONDONTWRITEBYTECODE": "standard Python variable; bench/lent_gpu_env.sh machine_facts only records it",
+    "VLLM_WORKER_MULTIPROC_METHOD": "vLLM's own variable; the train scripts only read it to refuse it beside "
+                                    "ROLLOUT_WORKER_START=fork (documented there)",
     "SLURMD_NODENAME": "set by Slurm: the node a batch script runs on (multinode.sbatch puts the Ray head there)",
     "EPOCHREALTIME": "bash 5's clock: the train scripts note when they started (start-up breakdown)",
     "SETTINGS": "bench/rollout_sweep.sh: the settings file of the sweep (a bench setting, not a training one)",

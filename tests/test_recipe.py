@@ -13,6 +13,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+from verl_ext.launch.ppo_main import split_options
 from verl_ext.launch.preflight import check_ppo, compose
 
 REPO = Path(__file__).resolve().parents[1]
@@ -41,9 +42,10 @@ def stage_commands(dry_run_output: str) -> dict[str, list[list[str]]]:
 
 
 def after_module(argv: list[str], module: str) -> list[str]:
-    """The Hydra overrides of a ``... -m <module> overrides...`` command."""
+    """The Hydra overrides of a ``... -m <module> overrides...`` command (without ppo_main's own options)."""
     assert module in argv, f"{module} not in {argv}"
-    return argv[argv.index(module) + 1:]
+    rest = argv[argv.index(module) + 1:]
+    return split_options(rest)[1] if module == "verl_ext.launch.ppo_main" else rest
 
 
 def test_dry_run_lists_every_stage_and_the_verl_commands_compose(tmp_path):

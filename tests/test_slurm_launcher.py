@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from verl_ext.launch import ray_cluster
+from verl_ext.launch.ppo_main import split_options
 from verl_ext.launch.preflight import check_ppo, compose
 from verl_ext.launch.ray_cluster import ClusterState, wait_for_cluster
 
@@ -74,7 +75,9 @@ def test_two_nodes(tmp_path):
     assert "Ray head gpu01 (10.1.2.3:6379); 2 node(s) x 8 GPU(s)" in result.stderr
     # the train script's exact main_ppo command joins that cluster and asks verl for all 16 GPUs
     assert main_ppo[:3] == ["/shared/venv/bin/python", "-m", "verl_ext.launch.ppo_main"]
-    cfg = compose("ppo_trainer", main_ppo[3:])
+    options, overrides = split_options(main_ppo[3:])
+    assert (options["task_runner"], options["transfer_queue_start"]) == ("driver", "overlap")  # start-up defaults
+    cfg = compose("ppo_trainer", overrides)
     assert (cfg.trainer.nnodes, cfg.trainer.n_gpus_per_node, cfg.trainer.total_training_steps) == (2, 8, 3)
     assert cfg.ray_kwargs.ray_init.num_cpus is None  # joining a cluster refuses num_cpus
     assert check_ppo(cfg, check_imports=False, environ={"RAY_ADDRESS": "10.1.2.3:6379"}) == []
@@ -90,7 +93,7 @@ def test_one_node_and_the_head_ip_lookup(tmp_path):
     logs = f"{REPO}/logs/slurm-42"
     assert wait_head.endswith(f"--address ${{HEAD_IP}}:6379 --timeout 300 --logs {logs} --nodes 1 --gpus 4")
     assert train.endswith("bash train/scripts/logic-grpo.sh trainer.nnodes=1 trainer.n_gpus_per_node=4")
-    cfg = compose("ppo_trainer", shlex.split(main_ppo)[3:])
+    cfg = compose("ppo_trainer", split_options(shlex.split(main_ppo)[3:])[1])
     assert (cfg.trainer.nnodes, cfg.trainer.n_gpus_per_node) == (1, 4)
 
 

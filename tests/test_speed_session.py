@@ -62,7 +62,7 @@ def test_candidate_settings_compose_and_pass_preflight():
     assert knobs == {} and args == []  # the defaults are the candidate (merged LoRA, in-process pre-flight)
     argv = dry_run("openspiel-ppo.sh", RUN_PROFILE="smoke", **knobs)
     assert argv[1:3] == ["-m", "verl_ext.launch.ppo_main"]
-    cfg = compose("ppo_trainer", argv[3:])
+    cfg = compose("ppo_trainer", overrides_of(argv))
     assert check_ppo(cfg, check_imports=False) == []
     assert cfg.actor_rollout_ref.model.lora.merge is True
     assert cfg.trainer.v1.sampler.sampler_kwargs.poll_interval == 0.1  # the default since this session
@@ -303,7 +303,7 @@ def test_next_session_plans_runs_compose_and_pass_preflight():
                 assert_one_fsdp2_unit(cfg)
             forked = cfg.ray_kwargs.ray_init.get("runtime_env", {}).get("env_vars", {})
             assert (forked.get("VERL_USE_EXTERNAL_MODULES") == "verl_ext.launch.vllm_worker_fork") == \
-                (env.get("ROLLOUT_WORKER_START") == "fork"), (name, env)
+                (env.get("ROLLOUT_WORKER_START", "fork") == "fork"), (name, env)  # fork: the default
     assert {"driver", "oneunit", "oneunit2", "both", "fork", "all"} <= labels
 
 

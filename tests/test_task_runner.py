@@ -83,11 +83,12 @@ def test_bad_launcher_options_are_named(argv, message):
 
 
 @pytest.mark.parametrize("env, module, options", [
-    ({}, "verl_ext.launch.ppo_main", []),
-    ({"TASK_RUNNER": "driver"}, "verl_ext.launch.ppo_main", ["--task-runner", "driver"]),
-    ({"TASK_RUNNER": "driver", "PREFLIGHT_IN_PROCESS": "0"}, "verl_ext.launch.ppo_main",
-     ["--no-preflight", "--task-runner", "driver"]),
-    ({"PREFLIGHT_IN_PROCESS": "0"}, "verl.trainer.main_ppo", []),
+    ({}, "verl_ext.launch.ppo_main", ["--task-runner", "driver", "--transfer-queue-start", "overlap"]),
+    ({"TASK_RUNNER": "actor"}, "verl_ext.launch.ppo_main", ["--transfer-queue-start", "overlap"]),
+    ({"PREFLIGHT_IN_PROCESS": "0"}, "verl_ext.launch.ppo_main",
+     ["--no-preflight", "--task-runner", "driver", "--transfer-queue-start", "overlap"]),
+    ({"PREFLIGHT_IN_PROCESS": "0", "TASK_RUNNER": "actor", "TRANSFER_QUEUE_START": "serial"},
+     "verl.trainer.main_ppo", []),
 ])  # fmt: skip
 def test_train_script_passes_the_switch(env, module, options):
     argv = dry_run("openspiel-ppo.sh", RUN_PROFILE="smoke", **env)

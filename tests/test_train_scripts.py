@@ -50,7 +50,8 @@ def value(overrides: list[str], key: str) -> str:
 def test_grpo_command_composes_and_passes_preflight(script, profile):
     argv = dry_run(script, RUN_PROFILE=profile)
     assert argv[1:3] == ["-m", "verl_ext.launch.ppo_main"]  # our pre-flight, then verl's main_ppo, one process
-    assert dry_run(script, RUN_PROFILE=profile, PREFLIGHT_IN_PROCESS="0")[1:3] == ["-m", "verl.trainer.main_ppo"]
+    verl_order = dict(PREFLIGHT_IN_PROCESS="0", TASK_RUNNER="actor", TRANSFER_QUEUE_START="serial")
+    assert dry_run(script, RUN_PROFILE=profile, **verl_order)[1:3] == ["-m", "verl.trainer.main_ppo"]
     cfg = compose("ppo_trainer", overrides_of(argv))
     assert check_ppo(cfg, check_imports=False) == []
     assert cfg.algorithm.adv_estimator == "grpo"

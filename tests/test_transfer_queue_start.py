@@ -149,8 +149,11 @@ def test_launcher_option(argv, options):
 
 
 def test_train_script_passes_the_switch_and_refuses_an_unknown_value():
-    argv = dry_run("openspiel-ppo.sh", RUN_PROFILE="smoke", TRANSFER_QUEUE_START="overlap", PREFLIGHT_IN_PROCESS="0")
+    argv = dry_run("openspiel-ppo.sh", RUN_PROFILE="smoke", TASK_RUNNER="actor", PREFLIGHT_IN_PROCESS="0")
     assert argv[1:6] == ["-m", "verl_ext.launch.ppo_main", "--no-preflight", "--transfer-queue-start", "overlap"]
+    serial = dry_run("openspiel-ppo.sh", RUN_PROFILE="smoke", TASK_RUNNER="actor", TRANSFER_QUEUE_START="serial",
+                     PREFLIGHT_IN_PROCESS="0")
+    assert serial[1:3] == ["-m", "verl.trainer.main_ppo"]  # verl's order: verl's own entry point
     bad = subprocess.run(["bash", str(REPO / "train/scripts/openspiel-ppo.sh"), "--dry-run"], capture_output=True,
                          text=True, env={**os.environ, "TRANSFER_QUEUE_START": "early"})
     assert bad.returncode == 2 and "TRANSFER_QUEUE_START must be one of: serial overlap; got 'early'" in bad.stderr
@@ -160,7 +163,7 @@ def test_train_script_passes_the_switch_and_refuses_an_unknown_value():
 def test_verls_runner_as_a_ray_actor_starts_transfer_queue_beside_the_trainer(tmp_path, tokenizer_dir):
     """The real run as verl starts it (a Ray actor, our class pickled to it): TransferQueue's actors start in a
     thread while the trainer builds our datasets and reaches verl's GPU check, and are closed after that error."""
-    _, output = run_up_to_the_gpu_check(tmp_path, tokenizer_dir, TRANSFER_QUEUE_START="overlap")
+    _, output = run_up_to_the_gpu_check(tmp_path, tokenizer_dir, TASK_RUNNER="actor", TRANSFER_QUEUE_START="overlap")
     runner_lines = [line for line in output.splitlines() if "(OverlappedTaskRunner pid=" in line]
     assert any(OVERLAP_MARK in line for line in runner_lines), output[-3000:]
     assert any(READY_MARK in line for line in runner_lines), output[-3000:]  # waited for before the close

@@ -161,8 +161,13 @@ def test_train_script_puts_the_module_into_every_ray_workers_environment():
     env_vars = OmegaConf.to_container(runtime_env)["env_vars"]
     assert env_vars["VERL_USE_EXTERNAL_MODULES"] == "my.mod,verl_ext.launch.vllm_worker_fork"
     assert env_vars["VLLM_DISABLE_COMPILE_CACHE"] == "1"  # verl's own defaults stay
-    default = dry_run("openspiel-ppo.sh", RUN_PROFILE="smoke")
-    assert not any("VERL_USE_EXTERNAL_MODULES" in arg for arg in default)
+    default = dry_run("openspiel-ppo.sh", RUN_PROFILE="smoke")  # fork is the default with vLLM
+    assert "+ray_kwargs.ray_init.runtime_env.env_vars.VERL_USE_EXTERNAL_MODULES=verl_ext.launch.vllm_worker_fork" \
+        in default
+    for env in ({"ROLLOUT_WORKER_START": "spawn"}, {"ROLLOUT_BACKEND": "sglang"},
+                {"VLLM_WORKER_MULTIPROC_METHOD": "spawn"}):
+        assert not any("VERL_USE_EXTERNAL_MODULES" in arg for arg in dry_run("openspiel-ppo.sh", RUN_PROFILE="smoke",
+                                                                             **env)), env
 
 
 @pytest.mark.parametrize("env, message", [

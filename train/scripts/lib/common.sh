@@ -188,9 +188,13 @@ grpo_args() {
   [[ "$ROLLOUT_BACKEND" == sglang ]] && free_cache_default=1
   : "${ROLLOUT_FREE_CACHE:=$free_cache_default}"
   require_choice ROLLOUT_FREE_CACHE "$ROLLOUT_FREE_CACHE" 0 1
-  # How vLLM's engine core starts its GPU worker process: spawn (what vLLM does when its server runs in a Ray
-  # actor, as under verl) or fork (the worker starts with the engine core's imports; verl_ext/launch/vllm_worker_fork.py)
-  : "${ROLLOUT_WORKER_START:=spawn}"
+  # How vLLM's engine core starts its GPU worker process: fork (the worker starts with the engine core's imports;
+  # verl_ext/launch/vllm_worker_fork.py; H100: "engine core starting -> GPU worker created" 18-21 -> 2-3 s,
+  # docs/speed.md 0m) or spawn (what vLLM does when its server runs in a Ray actor, as under verl). SGLang, or an
+  # explicit VLLM_WORKER_MULTIPROC_METHOD=spawn, default to spawn.
+  local worker_start_default=fork
+  [[ "$ROLLOUT_BACKEND" != vllm || "${VLLM_WORKER_MULTIPROC_METHOD:-}" == spawn ]] && worker_start_default=spawn
+  : "${ROLLOUT_WORKER_START:=$worker_start_default}"
   require_choice ROLLOUT_WORKER_START "$ROLLOUT_WORKER_START" spawn fork
   if [[ "$ROLLOUT_WORKER_START" == fork && "$ROLLOUT_BACKEND" != vllm ]]; then
     echo "ROLLOUT_WORKER_START=fork applies to vLLM's engine core only; ROLLOUT_BACKEND=$ROLLOUT_BACKEND starts" \
@@ -339,12 +343,19 @@ launch() {
   # 1: the pre-flight runs inside verl's process (verl_ext.launch.ppo_main) instead of its own, so verl, torch
   # and vLLM are imported once (H100: pre-flight + config check done at 23 s instead of ~50-60 s; docs/speed.md 0a).
   require_choice PREFLIGHT_IN_PROCESS "${PREFLIGHT_IN_PROCESS:=1}" 1 0
-  # actor: verl's TaskRunner is a Ray actor of its own (verl's way); driver: it runs in this process, which has
-  # already imported verl, so one process start and its imports leave the start-up (verl_ext/launch/task_runner.py)
-  require_choice TASK_RUNNER "${TASK_RUNNER:=actor}" actor driver
-  # serial: TransferQueue starts before the trainer (verl's order); overlap: while the trainer starts its workers
-  # (verl_ext/launch/transfer_queue_start.py)
-  require_choice TRANSFER_QUEUE_START "${TRANSFER_QUEUE_START:=serial}" serial overlap
+  # Start-up defaults, chosen together by measurement (docs/speed.md 0m; H100, smoke load, three pairs on two
+  # machines: 108.1 / 118.4 / 120.5 s to step 1 against 179.5 / 164.4 / 198.3 s in verl's order), with
+  # ROLLOUT_WORKER_START=fork (grpo_args) and vLLM's compile cache below.
+  # driver: verl's TaskRunner runs in this process, which has already imported verl, so one process start and its
+  # imports leave the start-up (verl_ext/launch/task_runner.py); actor: a Ray actor of its own (verl's way)
+  require_choice TASK_RUNNER "${TASK_RUNNER:=driver}" actor driver
+  # overlap: TransferQueue starts while the trainer starts its workers (verl_ext/launch/transfer_queue_start.py);
+  # serial: before the trainer (verl's order)
+  require_choice TRANSFER_QUEUE_START "${TRANSFER_QUEUE_START:=overlap}" serial overlap
+  # vLLM's torch.compile cache (~/.cache/vllm): verl turns it off (constants_ppo.py:93, corrupted artifacts with
+  # concurrent engines, vLLM issue 31199) unless the environment sets it; torch >= 2.10 writes the artifacts
+  # atomically. A later run on the machine reads its graphs back: torch.compile 3.3-4.3 s instead of 7.0-16.4 s.
+  export VLLM_DISABLE_COMPILE_CACHE="${VLLM_DISABLE_COMPILE_CACHE:-0}"
   local in_process=0 options=()
   if [[ "$config_name" == ppo_trainer && "$module" == verl.trainer.main_ppo
         && ( "$PREFLIGHT_IN_PROCESS" == 1 || "$TASK_RUNNER" == driver || "$TRANSFER_QUEUE_START" == overlap ) ]]; then
