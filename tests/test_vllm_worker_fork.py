@@ -179,3 +179,15 @@ def test_train_script_refuses_what_cannot_work(env, message):
     done = subprocess.run(["bash", str(REPO / "train/scripts/openspiel-ppo.sh"), "--dry-run"], capture_output=True,
                           text=True, env={**os.environ, **env})
     assert done.returncode == 2 and message in done.stderr, done.stderr
+
+
+def test_install_patches_an_already_imported_engine_module_and_hooks_nothing(monkeypatch):
+    import multiprocessing
+
+    module = type(sys)(vllm_worker_fork.ENGINE_UTILS)
+    module.get_mp_context = lambda: multiprocessing.get_context("spawn")
+    module.CoreEngineProcManager = type("CoreEngineProcManager", (), {"__init__": lambda self: None})
+    monkeypatch.setitem(sys.modules, vllm_worker_fork.ENGINE_UTILS, module)
+    hooks_before = list(sys.meta_path)
+    vllm_worker_fork.install()
+    assert getattr(module, vllm_worker_fork.PATCHED) and sys.meta_path == hooks_before

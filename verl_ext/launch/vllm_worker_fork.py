@@ -91,17 +91,21 @@ class _PatchAfterImport(importlib.abc.MetaPathFinder):
 
     def find_spec(self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None) \
             -> importlib.machinery.ModuleSpec | None:
-        if fullname != ENGINE_UTILS:
+        if fullname != ENGINE_UTILS or getattr(_launch, "finding", False):
             return None
-        for finder in sys.meta_path:
-            find = getattr(finder, "find_spec", None)
-            if finder is self or find is None:
-                continue
-            spec = find(fullname, path, target)
-            if spec is not None and spec.loader is not None:
-                spec.loader = _PatchingLoader(spec.loader)
-                return spec
-        return None
+        _launch.finding = True  # a finder that asks importlib again must not land back here
+        try:
+            for finder in sys.meta_path:
+                find = getattr(finder, "find_spec", None)
+                if finder is self or find is None:
+                    continue
+                spec = find(fullname, path, target)
+                if spec is not None and spec.loader is not None:
+                    spec.loader = _PatchingLoader(spec.loader)
+                    return spec
+            return None
+        finally:
+            _launch.finding = False
 
 
 class _PatchingLoader(importlib.abc.Loader):
