@@ -42,3 +42,12 @@ def _stop_kills_only_test_processes(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LEFTOVER_PATTERN", "verl-ext-tests-no-such-process")
     monkeypatch.setenv("STOP_GPU_WAIT", "0")  # a developer's GPU may be busy with their own work
     monkeypatch.setenv("SPEED_MONITOR", "0")  # no background sampler from a session run in a test
+
+
+@pytest.fixture(autouse=True)
+def _no_vllm_start_method_left_behind(monkeypatch: pytest.MonkeyPatch) -> None:
+    """vLLM entry points called in-process (bench/vllm_offline.py, the eval backend) set VLLM_WORKER_MULTIPROC_METHOD
+    in os.environ, and the train scripts read it (ROLLOUT_WORKER_START's default): every test starts without it
+    and none leaves it for the next."""
+    monkeypatch.setenv("VLLM_WORKER_MULTIPROC_METHOD", "recorded-for-undo")  # undo then removes whatever is set
+    monkeypatch.delenv("VLLM_WORKER_MULTIPROC_METHOD")
