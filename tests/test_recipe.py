@@ -13,8 +13,9 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from verl_ext.launch.ppo_main import split_options
 from verl_ext.launch.preflight import check_ppo, compose
+
+from test_train_scripts import overrides_of
 
 REPO = Path(__file__).resolve().parents[1]
 RECIPE = REPO / "train" / "recipes" / "from-scratch.sh"
@@ -44,8 +45,7 @@ def stage_commands(dry_run_output: str) -> dict[str, list[list[str]]]:
 def after_module(argv: list[str], module: str) -> list[str]:
     """The Hydra overrides of a ``... -m <module> overrides...`` command (without ppo_main's own options)."""
     assert module in argv, f"{module} not in {argv}"
-    rest = argv[argv.index(module) + 1:]
-    return split_options(rest)[1] if module == "verl_ext.launch.ppo_main" else rest
+    return overrides_of(argv)
 
 
 def test_dry_run_lists_every_stage_and_the_verl_commands_compose(tmp_path):

@@ -3,15 +3,16 @@
     python -m verl_ext.launch.ppo_main [--no-preflight] [--task-runner actor|driver]
         [--transfer-queue-start serial|overlap] [hydra overrides]
 
-By default the train scripts run the pre-flight as its own process and then ``python -m verl.trainer.main_ppo``:
-both import verl, torch and (for a LoRA run with vLLM, through verl's ``validate_config``) vLLM. On the lent H100
+With ``PREFLIGHT_IN_PROCESS=0`` the train scripts run the pre-flight as its own process and then verl's
+``main_ppo``: both import verl, torch and (for a LoRA run with vLLM, through verl's ``validate_config``) vLLM. On the lent H100
 that separate pre-flight took 24-34 s of a 304-359 s start-up (docs/runs/2026-11-23-h100-speed/). Here the checks
 run first and, when they pass, verl's own Hydra entry point runs in the same process with the same overrides;
 a failing check exits 2 before verl starts, as before. ``--no-preflight`` leaves the checks out (the scripts
 ran them in a process of their own: ``PREFLIGHT_IN_PROCESS=0``); ``--task-runner driver`` runs verl's
 TaskRunner in this process instead of a Ray actor (``TASK_RUNNER=driver``, ``verl_ext/launch/task_runner.py``);
 ``--transfer-queue-start overlap`` starts TransferQueue while the trainer starts its workers instead of before them
-(``TRANSFER_QUEUE_START=overlap``, ``verl_ext/launch/transfer_queue_start.py``).
+(``TRANSFER_QUEUE_START=overlap``, ``verl_ext/launch/transfer_queue_start.py``). The train scripts pass both by
+default (docs/speed.md 0m); run directly, this module keeps verl's order unless told otherwise.
 """
 
 from __future__ import annotations

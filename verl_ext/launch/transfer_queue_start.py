@@ -11,7 +11,8 @@ thread, builds and initialises the trainer meanwhile, and waits for TransferQueu
 Other trainer modes run verl's own ``run`` unchanged. The objects built, their configuration and the training are
 the same as verl's; only the order of two independent start-ups changes. Measured on one H100 (docs/speed.md 0l):
 TransferQueue's 19-21 s were hidden behind the FSDP worker's start, but later vLLM phases grew and the start-up
-shrank by only 3 s in the clean pair, so ``serial`` stays the default.
+shrank by only 3 s in the clean pair. Together with the other start-up levers it won every pair (docs/speed.md 0m),
+so the train scripts default to ``overlap``; ``serial`` is verl's order.
 """
 
 from __future__ import annotations
