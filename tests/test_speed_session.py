@@ -292,7 +292,7 @@ def test_next_session_plans_runs_compose_and_pass_preflight():
     # the plans meant for the next GPU session: every run of ours is a valid verl config before device time is spent
     labels = set()
     for name in ("next-session.plan", "one-machine.plan", "startup-overlap.plan", "startup-fork.plan",
-                 "startup-confirm.plan"):
+                 "startup-confirm.plan", "on-policy.plan"):
         runs = [split_command(argv) for argv in plan(SPEED_PLAN_FILE=f"bench/plans/{name}")]
         ours = [(env, args) for env, (_, what), args in runs if what == "ours"]
         assert ours, name
@@ -303,10 +303,16 @@ def test_next_session_plans_runs_compose_and_pass_preflight():
             assert check_ppo(cfg, check_imports=False) == [], (name, env, args)
             if env.get("OURS_LABEL", "").startswith("oneunit"):
                 assert_one_fsdp2_unit(cfg)
-            forked = cfg.ray_kwargs.ray_init.get("runtime_env", {}).get("env_vars", {})
-            assert (forked.get("VERL_USE_EXTERNAL_MODULES") == "verl_ext.launch.vllm_worker_fork") == \
-                (env.get("ROLLOUT_WORKER_START", "fork") == "fork"), (name, env)  # fork: the default
-    assert {"driver", "oneunit", "oneunit2", "both", "fork", "all"} <= labels
+            env_vars = cfg.ray_kwargs.ray_init.get("runtime_env", {}).get("env_vars", {})
+            modules = [module for module, on in (
+                ("verl_ext.launch.vllm_worker_fork", env.get("ROLLOUT_WORKER_START", "fork") == "fork"),
+                ("verl_ext.on_policy_update", env.get("OLD_LOG_PROB_PASS", OLD_LOG_PROB_PASS_DEFAULT) == "auto"),
+            ) if on]
+            assert env_vars.get("VERL_USE_EXTERNAL_MODULES") == (",".join(modules) or None), (name, env)
+    assert {"driver", "oneunit", "oneunit2", "both", "fork", "all", "pass", "auto"} <= labels
+
+
+OLD_LOG_PROB_PASS_DEFAULT = "always"  # train/scripts/lib/common.sh
 
 
 def assert_one_fsdp2_unit(cfg) -> None:

@@ -61,6 +61,19 @@ def test_the_actor_environment_is_applied(monkeypatch):
         torch.set_num_threads(threads)
 
 
+def test_the_driver_imports_the_modules_a_ray_worker_would_import_from_verl_external_modules(monkeypatch, tmp_path):
+    """A fresh actor's ``import verl`` imports VERL_USE_EXTERNAL_MODULES; the driver imported verl before the
+    variable was set, so the stand-in imports them (the train scripts' verl patches reach the trainer that way)."""
+    (tmp_path / "verl_ext_probe_module.py").write_text("import os\nos.environ['VERL_EXT_PROBE_IMPORTED'] = '1'\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("VERL_EXT_PROBE_IMPORTED", "0")  # setenv: the test's end restores both as they were
+    monkeypatch.setenv("VERL_USE_EXTERNAL_MODULES", "")
+    monkeypatch.setenv("OMP_NUM_THREADS", str(os.environ.get("OMP_NUM_THREADS", "2")))
+    apply_actor_environment({"env_vars": {"VERL_USE_EXTERNAL_MODULES": "verl_ext_probe_module"}})
+    assert os.environ["VERL_EXT_PROBE_IMPORTED"] == "1" and "verl_ext_probe_module" in sys.modules
+    monkeypatch.delitem(sys.modules, "verl_ext_probe_module")
+
+
 @pytest.mark.parametrize("argv, options, rest", [
     (["a=1"], {"preflight": True, "task_runner": "actor", "transfer_queue_start": "serial"}, ["a=1"]),
     (["--task-runner", "driver", "a=1"], {"preflight": True, "task_runner": "driver",

@@ -69,9 +69,15 @@ class _DriverCall:
 
 
 def apply_actor_environment(runtime_env: Any) -> None:
-    """What a Ray worker of this job would have: its ``env_vars`` and, if unset, ``OMP_NUM_THREADS=1``."""
+    """What a Ray worker of this job would have: its ``env_vars``, the modules its ``import verl`` loads from
+    ``VERL_USE_EXTERNAL_MODULES`` (verl/__init__.py) and, if unset, ``OMP_NUM_THREADS=1``."""
     env_vars = dict((runtime_env or {}).get("env_vars") or {})
     os.environ.update({str(key): str(value) for key, value in env_vars.items()})
+    modules = str(env_vars.get("VERL_USE_EXTERNAL_MODULES") or "")
+    if modules:  # this process imported verl before the variable was set
+        from verl.utils.import_utils import import_external_libs
+
+        import_external_libs(modules.split(","))
     if "OMP_NUM_THREADS" not in os.environ:  # Ray's rule for an actor without num_cpus
         os.environ["OMP_NUM_THREADS"] = "1"
         import torch

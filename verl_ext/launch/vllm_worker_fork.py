@@ -23,13 +23,13 @@ patch waits for vLLM's module to be imported, so processes without vLLM pay noth
 from __future__ import annotations
 
 import functools
-import importlib.abc
-import importlib.machinery
 import os
 import sys
 import threading
 from types import ModuleType
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
+
+from verl_ext.import_hook import after_import
 
 ENGINE_UTILS = "vllm.v1.engine.utils"
 START_METHOD = "VLLM_WORKER_MULTIPROC_METHOD"
@@ -86,57 +86,9 @@ def _restoring_environment(manager_init: Callable[..., None]) -> Callable[..., N
     return __init__
 
 
-class _PatchAfterImport(importlib.abc.MetaPathFinder):
-    """Finds ``ENGINE_UTILS`` with the other finders and patches the module once it has been executed."""
-
-    def find_spec(self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None) \
-            -> importlib.machinery.ModuleSpec | None:
-        if fullname != ENGINE_UTILS or getattr(_launch, "finding", False):
-            return None
-        _launch.finding = True  # a finder that asks importlib again must not land back here
-        try:
-            for finder in sys.meta_path:
-                find = getattr(finder, "find_spec", None)
-                if finder is self or find is None:
-                    continue
-                spec = find(fullname, path, target)
-                if spec is not None and spec.loader is not None:
-                    spec.loader = _PatchingLoader(spec.loader)
-                    return spec
-            return None
-        finally:
-            _launch.finding = False
-
-
-class _PatchingLoader(importlib.abc.Loader):
-    """The module's own loader, then ``patch_engine_launch`` on the executed module."""
-
-    def __init__(self, loader: importlib.abc.Loader):
-        self._loader = loader
-
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
-        return self._loader.create_module(spec)
-
-    def exec_module(self, module: ModuleType) -> None:
-        self._loader.exec_module(module)
-        patch_engine_launch(module)
-        uninstall()
-
-    def __getattr__(self, name: str) -> Any:  # get_source, get_filename, ... for tracebacks and inspect
-        return getattr(self._loader, name)
-
-
 def install() -> None:
     """Patch vLLM's engine launch now if it is imported, else as soon as it is."""
-    if ENGINE_UTILS in sys.modules:
-        patch_engine_launch(sys.modules[ENGINE_UTILS])
-    elif not any(isinstance(finder, _PatchAfterImport) for finder in sys.meta_path):
-        sys.meta_path.insert(0, _PatchAfterImport())
-
-
-def uninstall() -> None:
-    """Remove the import hook (the patch itself stays on a module already patched)."""
-    sys.meta_path[:] = [finder for finder in sys.meta_path if not isinstance(finder, _PatchAfterImport)]
+    after_import(ENGINE_UTILS, patch_engine_launch)
 
 
 install()

@@ -142,6 +142,12 @@ grpo_args() {
       "or ROLLOUT_LOG_PROBS=1." >&2
     exit 2
   fi
+  # The actor's old-log-prob pass before each update. auto: skipped when the update is one mini-batch for one
+  # epoch (PPO_MINI_BATCH_SIZE >= TRAIN_BATCH_SIZE, ppo_epochs=1), where the old log-probs are the update's own,
+  # detached (ratio 1, as TRL's num_iterations=1; verl_ext/on_policy_update.py, which keeps the pass whenever
+  # something else needs it and says why); always: verl's pass every step.
+  : "${OLD_LOG_PROB_PASS:=always}"
+  require_choice OLD_LOG_PROB_PASS "$OLD_LOG_PROB_PASS" auto always
   : "${GRADIENT_CHECKPOINTING:=1}" "${ACTOR_MODEL_DTYPE:=fp32}"
   : "${N_GPUS_PER_NODE:=1}" "${NNODES:=1}" "${TENSOR_PARALLEL_SIZE:=1}"
   : "${PROJECT_NAME:=verl-ext}" "${EXPERIMENT_NAME:=${TASK_NAME}-${RUN_PROFILE}}"
@@ -299,9 +305,12 @@ grpo_args() {
   if [[ -n "$LORA_ADAPTER_PATH" ]]; then
     ARGS+=(actor_rollout_ref.model.lora_adapter_path="$LORA_ADAPTER_PATH")
   fi
-  if [[ "$ROLLOUT_WORKER_START" == fork ]]; then
-    # The job's runtime_env reaches every Ray worker, on every node; verl imports the modules it names
-    local modules="${VERL_USE_EXTERNAL_MODULES:+$VERL_USE_EXTERNAL_MODULES,}verl_ext.launch.vllm_worker_fork"
+  # Our verl patches: the job's runtime_env reaches every Ray worker, on every node (and the TaskRunner, in the
+  # driver too: verl_ext/launch/task_runner.py); verl imports the modules it names in each process
+  local modules="${VERL_USE_EXTERNAL_MODULES:-}"
+  [[ "$ROLLOUT_WORKER_START" == fork ]] && modules="${modules:+$modules,}verl_ext.launch.vllm_worker_fork"
+  [[ "$OLD_LOG_PROB_PASS" == auto ]] && modules="${modules:+$modules,}verl_ext.on_policy_update"
+  if [[ "$modules" != "${VERL_USE_EXTERNAL_MODULES:-}" ]]; then
     [[ "$modules" == *,* ]] && modules="'$modules'"
     ARGS+=(+ray_kwargs.ray_init.runtime_env.env_vars.VERL_USE_EXTERNAL_MODULES="$modules")
   fi
