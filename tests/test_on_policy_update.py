@@ -52,6 +52,12 @@ def test_the_smoke_recipe_needs_no_pass_and_each_reason_for_one_is_named():
     }
     for case, (overrides, batch_size, expected) in reasons.items():
         assert expected in on_policy_update.pass_needed(compose("ppo_trainer", overrides), batch_size), case
+    # LoRA + KL: the reference pass (adapter disabled) must not be the actor's first forward; later steps skip
+    lora_kl = compose("ppo_trainer", smoke_overrides(KL_LOSS_COEF="0.01"))
+    assert "the first update with LoRA and KL" in on_policy_update.pass_needed(lora_kl, 64, first_update=True)
+    assert on_policy_update.pass_needed(lora_kl, 64) == ""
+    full_kl = compose("ppo_trainer", smoke_overrides(KL_LOSS_COEF="0.01", ENABLE_LORA="0"))
+    assert on_policy_update.pass_needed(full_kl, 64, first_update=True) == ""  # its reference is a model of its own
 
 
 ENGINE_STEP = textwrap.dedent("""
@@ -205,6 +211,13 @@ def test_the_trainer_skips_the_pass_only_for_one_mini_batch_and_marks_that_updat
                        "(actor_rollout_ref.actor.ppo_mini_batch_size=16 x rollout.n=4): the later ones train on "
                        "older weights",
                        f"{on_policy_update.SKIP_MARK} (one mini-batch, one epoch)"]  # printed when it changes
+
+
+def test_with_lora_and_kl_the_first_step_keeps_the_pass_so_the_reference_pass_is_not_the_first_forward():
+    out = run_child(TRAINER_STEP, on_policy_update.OLD_FROM_UPDATE, *smoke_overrides(KL_LOSS_COEF="0.01"))
+    steps = [line.split()[1:] for line in out.splitlines() if line.startswith("STEP ")]
+    assert steps == [["64", "False", "False"], ["64", "True", "True"], ["96", "False", "False"],
+                     ["64", "True", "True"]]
 
 
 def test_without_the_module_verls_trainer_runs_its_pass():

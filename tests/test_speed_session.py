@@ -312,7 +312,7 @@ def test_next_session_plans_runs_compose_and_pass_preflight():
     assert {"driver", "oneunit", "oneunit2", "both", "fork", "all", "pass", "auto"} <= labels
 
 
-OLD_LOG_PROB_PASS_DEFAULT = "always"  # train/scripts/lib/common.sh
+OLD_LOG_PROB_PASS_DEFAULT = "auto"  # train/scripts/lib/common.sh
 
 
 def assert_one_fsdp2_unit(cfg) -> None:

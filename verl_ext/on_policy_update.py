@@ -16,7 +16,8 @@ per-token log-probs, detached). Importing this module patches verl so that, in t
 
 The pass stays whenever the old log-probs are needed apart from the ratio or are older than the update's weights
 (``pass_needed`` names the reason): several mini-batches or epochs, verl's bypass mode, rollout log-probs (rollout
-correction and its metrics compare them with the actor's), the KL penalty in the reward, distillation.
+correction and its metrics compare them with the actor's), the KL penalty in the reward, distillation; and, with
+LoRA and a KL loss, until the first update (verl's reference pass must not be the actor's first forward).
 Differences from verl's pass are numerical only: the pass runs in eval mode under its own micro batching, so its
 ratio is 1 up to rounding (and up to LoRA dropout, which only the update applies).
 
@@ -43,14 +44,21 @@ KEEP_MARK = "[verl-ext] old log-prob pass kept"
 _PATCHED = "_verl_ext_on_policy_update"
 _DECISION = "_verl_ext_old_from_update"
 _REPORTED = "_verl_ext_old_log_prob_report"
+_UPDATED = "_verl_ext_actor_updated"
 
 
-def pass_needed(config: Any, batch_size: int) -> str:
+def pass_needed(config: Any, batch_size: int, first_update: bool = False) -> str:
     """Why the actor's old-log-prob pass must run for a batch of ``batch_size`` samples ("" when it need not).
 
-    ``config`` is the trainer's composed ``ppo_trainer`` config.
+    ``config`` is the trainer's composed ``ppo_trainer`` config; ``first_update``: this trainer has not updated the
+    actor yet (in this process).
     """
-    actor, rollout = config.actor_rollout_ref.actor, config.actor_rollout_ref.rollout
+    actor, rollout, model = config.actor_rollout_ref.actor, config.actor_rollout_ref.rollout, \
+        config.actor_rollout_ref.model
+    if first_update and actor.get("use_kl_loss", False) and _ref_in_actor(model):
+        return ("the first update with LoRA and KL: verl's reference pass (the actor with its adapter disabled) would "
+                "be the actor's first forward, and FSDP2's first backward then fails "
+                "(tests/test_fsdp2_lora_first_forward.py); the pass runs until the first update")
     epochs = int(actor.ppo_epochs)
     if epochs != 1:
         return f"actor_rollout_ref.actor.ppo_epochs={epochs}: the later epochs train on older weights"
@@ -73,6 +81,12 @@ def pass_needed(config: Any, batch_size: int) -> str:
     return ""
 
 
+def _ref_in_actor(model: Any) -> bool:
+    """verl's rule for a reference policy that is the actor itself (trainer_base.py:234-237)."""
+    rank = (model.get("lora") or {}).get("rank", 0) or model.get("lora_rank", 0) or 0
+    return int(rank) > 0 or model.get("lora_adapter_path") is not None
+
+
 def patch_trainer(trainer_base: ModuleType) -> None:
     """Make ``trainer_base.PPOTrainer`` skip the old-log-prob pass when ``pass_needed`` finds no reason."""
     trainer_cls = trainer_base.PPOTrainer
@@ -82,7 +96,7 @@ def patch_trainer(trainer_base: ModuleType) -> None:
 
     @functools.wraps(compute_old_log_prob)
     def _compute_old_log_prob(self: Any, batch: Any, metrics: dict) -> Any:
-        reason = pass_needed(self.config, len(batch))
+        reason = pass_needed(self.config, len(batch), first_update=not getattr(self, _UPDATED, False))
         setattr(self, _DECISION, not reason)
         _report_once(self, reason)
         return compute_old_log_prob(self, batch, metrics=metrics) if reason else batch
@@ -95,7 +109,9 @@ def patch_trainer(trainer_base: ModuleType) -> None:
             batch.extra_info[OLD_FROM_UPDATE] = True
         else:
             batch.extra_info.pop(OLD_FROM_UPDATE, None)
-        return update_actor(self, batch, metrics=metrics)
+        output = update_actor(self, batch, metrics=metrics)
+        setattr(self, _UPDATED, True)
+        return output
 
     trainer_cls._compute_old_log_prob = _compute_old_log_prob
     trainer_cls._update_actor = _update_actor

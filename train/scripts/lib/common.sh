@@ -146,7 +146,7 @@ grpo_args() {
   # epoch (PPO_MINI_BATCH_SIZE >= TRAIN_BATCH_SIZE, ppo_epochs=1), where the old log-probs are the update's own,
   # detached (ratio 1, as TRL's num_iterations=1; verl_ext/on_policy_update.py, which keeps the pass whenever
   # something else needs it and says why); always: verl's pass every step.
-  : "${OLD_LOG_PROB_PASS:=always}"
+  : "${OLD_LOG_PROB_PASS:=auto}"
   require_choice OLD_LOG_PROB_PASS "$OLD_LOG_PROB_PASS" auto always
   : "${GRADIENT_CHECKPOINTING:=1}" "${ACTOR_MODEL_DTYPE:=fp32}"
   : "${N_GPUS_PER_NODE:=1}" "${NNODES:=1}" "${TENSOR_PARALLEL_SIZE:=1}"
