@@ -62,8 +62,8 @@ def test_the_smoke_recipe_needs_no_pass_and_each_reason_for_one_is_named():
 
 ENGINE_STEP = textwrap.dedent("""
     import functools, os, sys, types, torch, torch.distributed as dist
-    os.environ["VERL_USE_EXTERNAL_MODULES"] = "verl_ext.on_policy_update"
-    import verl  # imports verl_ext.on_policy_update, whose patches wait for verl's modules
+    os.environ["VERL_USE_EXTERNAL_MODULES"] = "verl_ext.launch.on_policy_update"
+    import verl  # imports verl_ext.launch.on_policy_update, whose patches wait for verl's modules
     import verl.utils.seqlen_balancing as seqlen_balancing
     import verl.workers.engine.fsdp.transformer_impl as fsdp_engine
     from verl.models.transformers.monkey_patch import apply_monkey_patch
@@ -162,13 +162,13 @@ def test_the_update_from_its_own_forward_has_verls_gradient_after_the_pass():
 
 TRAINER_STEP = textwrap.dedent("""
     import os, sys, types
-    os.environ["VERL_USE_EXTERNAL_MODULES"] = "verl_ext.on_policy_update"
-    import verl  # imports verl_ext.on_policy_update, whose patches wait for verl's modules
+    os.environ["VERL_USE_EXTERNAL_MODULES"] = "verl_ext.launch.on_policy_update"
+    import verl  # imports verl_ext.launch.on_policy_update, whose patches wait for verl's modules
     from transfer_queue.metadata import KVBatchMeta
     from verl.trainer.ppo.v1.trainer_base import get_trainer_cls
     from verl_ext.launch.preflight import compose
 
-    OLD_FROM_UPDATE = sys.argv[2]  # not imported from verl_ext.on_policy_update: importing it installs the patches
+    OLD_FROM_UPDATE = sys.argv[2]  # passed in: the test without the patches must not import verl_ext.on_policy_update
 
     class PassRan(Exception):
         pass
@@ -221,7 +221,7 @@ def test_with_lora_and_kl_the_first_step_keeps_the_pass_so_the_reference_pass_is
 
 
 def test_without_the_module_verls_trainer_runs_its_pass():
-    script = TRAINER_STEP.replace('os.environ["VERL_USE_EXTERNAL_MODULES"] = "verl_ext.on_policy_update"',
+    script = TRAINER_STEP.replace('os.environ["VERL_USE_EXTERNAL_MODULES"] = "verl_ext.launch.on_policy_update"',
                                   'os.environ.pop("VERL_USE_EXTERNAL_MODULES", None)')
     steps = [line.split()[1:] for line in run_child(script, on_policy_update.OLD_FROM_UPDATE, *smoke_overrides()).splitlines()
              if line.startswith("STEP ")]
@@ -235,13 +235,53 @@ def runtime_env_modules(**env: str) -> str | None:
 
 
 def test_train_script_loads_the_module_in_every_ray_worker_with_auto_only():
-    assert runtime_env_modules(OLD_LOG_PROB_PASS="auto") == "verl_ext.launch.vllm_worker_fork,verl_ext.on_policy_update"
+    assert runtime_env_modules(OLD_LOG_PROB_PASS="auto") == "verl_ext.launch.vllm_worker_fork,verl_ext.launch.on_policy_update"
     assert runtime_env_modules(OLD_LOG_PROB_PASS="auto", ROLLOUT_BACKEND="sglang",
-                               SGLANG_IS_FLASHINFER_AVAILABLE="true") == "verl_ext.on_policy_update"
+                               SGLANG_IS_FLASHINFER_AVAILABLE="true") == "verl_ext.launch.on_policy_update"
     assert runtime_env_modules(OLD_LOG_PROB_PASS="auto", ROLLOUT_WORKER_START="spawn",
-                               VERL_USE_EXTERNAL_MODULES="my.mod") == "my.mod,verl_ext.on_policy_update"
+                               VERL_USE_EXTERNAL_MODULES="my.mod") == "my.mod,verl_ext.launch.on_policy_update"
     assert runtime_env_modules(OLD_LOG_PROB_PASS="always") == "verl_ext.launch.vllm_worker_fork"
     assert runtime_env_modules(OLD_LOG_PROB_PASS="always", ROLLOUT_WORKER_START="spawn") is None
     bad = subprocess.run(["bash", str(TESTS.parent / "train/scripts/openspiel-ppo.sh"), "--dry-run"],
                          capture_output=True, text=True, env={**os.environ, "OLD_LOG_PROB_PASS": "skip"})
     assert bad.returncode == 2 and "OLD_LOG_PROB_PASS must be one of: auto always; got 'skip'" in bad.stderr
+
+
+def test_importing_the_module_patches_nothing_until_installed():
+    import verl.workers.utils.losses as losses
+
+    from verl_ext import import_hook
+
+    assert on_policy_update.TRAINER_MODULE not in import_hook.pending()
+    assert not getattr(losses, "_verl_ext_on_policy_update", False)  # this test process keeps verl's own loss
+
+
+def test_the_entropy_estimate_is_the_token_mean_over_all_ranks():
+    """Two data-parallel ranks with different token counts: verl sums a metric over micro batches and averages it
+    over ranks (Metric.aggregate_dp), so each rank reports its share of the global token mean, as verl's loss does."""
+    import torch
+    from verl.utils import tensordict_utils as tu
+    from verl.utils.config import omega_conf_to_dataclass
+    from verl.utils.metric import Metric
+    from verl.workers.utils.losses import ppo_loss
+
+    config = omega_conf_to_dataclass(compose("ppo_trainer", smoke_overrides()).actor_rollout_ref.actor)
+    loss = on_policy_update._old_log_probs_from_forward(ppo_loss)  # wrapped here only: nothing is patched
+    nested = lambda ts: torch.nested.as_nested_tensor(ts, layout=torch.jagged)  # noqa: E731
+    generator = torch.Generator().manual_seed(0)
+    ranks = {0: ([3, 2], [4, 1]), 1: ([2], [6])}  # prompt and response lengths per sample, per rank
+    everything, metrics = [], []
+    for prompt_lens, response_lens in ranks.values():
+        log_probs = [-torch.rand(p + r, generator=generator) for p, r in zip(prompt_lens, response_lens)]
+        everything += [lp[p - 1:p - 1 + r] for lp, p, r in zip(log_probs, prompt_lens, response_lens)]
+        data = tu.get_tensordict({
+            "prompts": nested([torch.zeros(p, dtype=torch.long) for p in prompt_lens]),
+            "responses": nested([torch.zeros(r, dtype=torch.long) for r in response_lens]),
+            "response_mask": nested([torch.ones(r, dtype=torch.long) for r in response_lens]),
+            "advantages": nested([torch.ones(r) for r in response_lens]),
+        }, non_tensor_dict={"dp_size": 2, "batch_num_tokens": 11, "global_batch_size": 3,
+                            on_policy_update.OLD_FROM_UPDATE: True})
+        _, rank_metrics = loss(config, {"log_probs": nested(log_probs)}, data)
+        metrics.append(rank_metrics[on_policy_update.ENTROPY_ESTIMATE])
+    expected = -torch.cat(everything).mean().item()
+    assert Metric.aggregate_dp(metrics) == pytest.approx(expected, rel=1e-6)

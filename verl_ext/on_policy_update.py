@@ -5,7 +5,7 @@ old log-probs of PPO's ratio (``PPOTrainer._compute_old_log_prob``, trainer/ppo/
 When the update is one mini-batch for one epoch, that pass sees the same weights as the update's own forward: the
 old log-probs *are* the update's log-probs, the ratio is 1, nothing is clipped and the gradient is
 ``-A * grad log pi``. TRL's GRPOTrainer does exactly this with ``num_iterations=1`` (the old log-probs are the
-per-token log-probs, detached). Importing this module patches verl so that, in that case:
+per-token log-probs, detached). ``install()`` patches verl so that, in that case:
 
 - the trainer skips the pass and tells the update so (``OLD_FROM_UPDATE`` in the batch's ``extra_info``, which
   verl hands to every micro batch as non-tensor data);
@@ -21,9 +21,10 @@ LoRA and a KL loss, until the first update (verl's reference pass must not be th
 Differences from verl's pass are numerical only: the pass runs in eval mode under its own micro batching, so its
 ratio is 1 up to rounding (and up to LoRA dropout, which only the update applies).
 
-The train scripts load the module in every process that imports verl through ``VERL_USE_EXTERNAL_MODULES``
-(the driver, the TaskRunner and every Ray worker); the patches wait for verl's modules to be imported
-(``verl_ext.import_hook``). verl's legacy trainer (``ray_trainer.py``) is not patched and keeps its pass.
+Importing this module changes nothing; ``install()`` does. The train scripts load ``verl_ext.launch.on_policy_update``
+(which calls it) in every process that imports verl through ``VERL_USE_EXTERNAL_MODULES`` (the driver, the
+TaskRunner and every Ray worker); the patches wait for verl's modules to be imported (``verl_ext.import_hook``).
+verl's legacy trainer (``ray_trainer.py``) is not patched and keeps its pass.
 """
 
 from __future__ import annotations
@@ -156,8 +157,9 @@ def _old_log_probs_from_forward(ppo_loss: Callable[..., Any]) -> Callable[..., A
         loss, metrics = ppo_loss(config, model_output, data, dp_group)
         sampled = old_log_probs.values()[data["response_mask"].values().bool()]  # multi-turn masks observations
         batch_tokens = tu.get_non_tensor_data(data=data, key="batch_num_tokens", default=None)
-        if batch_tokens:  # the mini-batch's trained tokens on all ranks: the sums add up to its token mean
-            metrics[ENTROPY_ESTIMATE] = Metric(value=-sampled.float().sum() / batch_tokens,
+        dp_size = tu.get_non_tensor_data(data=data, key="dp_size", default=1) or 1
+        if batch_tokens:  # verl's token-mean: summed over micro batches, averaged over ranks (Metric.aggregate_dp)
+            metrics[ENTROPY_ESTIMATE] = Metric(value=-sampled.float().sum() * dp_size / batch_tokens,
                                                aggregation=AggregationType.SUM)
         elif sampled.numel():
             metrics[ENTROPY_ESTIMATE] = Metric(value=-sampled.float().mean(), aggregation=AggregationType.MEAN)
@@ -170,6 +172,3 @@ def install() -> None:
     """Patch verl's trainer and actor loss now where imported, else as soon as they are."""
     after_import(TRAINER_MODULE, patch_trainer)
     after_import(LOSSES_MODULE, patch_losses)
-
-
-install()
