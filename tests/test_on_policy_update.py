@@ -49,6 +49,8 @@ def test_the_smoke_recipe_needs_no_pass_and_each_reason_for_one_is_named():
         "rollout log-probs": (smoke_overrides(ROLLOUT_LOG_PROBS="1"), 64, "calculate_log_probs=True"),
         "kl in reward": (smoke_overrides("algorithm.use_kl_in_reward=True"), 64, "use_kl_in_reward=True"),
         "distillation": (smoke_overrides("distillation.enabled=True"), 64, "distillation.enabled=True"),
+        "asynchronous trainer": (smoke_overrides("trainer.v1.trainer_mode=separate_async"), 64,
+                                 "trainer_mode=separate_async: the asynchronous trainers"),
     }
     for case, (overrides, batch_size, expected) in reasons.items():
         assert expected in on_policy_update.pass_needed(compose("ppo_trainer", overrides), batch_size), case

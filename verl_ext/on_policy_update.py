@@ -16,7 +16,8 @@ per-token log-probs, detached). ``install()`` patches verl so that, in that case
 
 The pass stays whenever the old log-probs are needed apart from the ratio or are older than the update's weights
 (``pass_needed`` names the reason): several mini-batches or epochs, verl's bypass mode, rollout log-probs (rollout
-correction and its metrics compare them with the actor's), the KL penalty in the reward, distillation; and, with
+correction and its metrics compare them with the actor's), the KL penalty in the reward, distillation, verl's
+asynchronous trainers (their pass may restore older weights: decoupled PPO); and, with
 LoRA and a KL loss, until the first update (verl's reference pass must not be the actor's first forward).
 Differences from verl's pass are numerical only: the pass runs in eval mode under its own micro batching, so its
 ratio is 1 up to rounding (and up to LoRA dropout, which only the update applies).
@@ -56,6 +57,10 @@ def pass_needed(config: Any, batch_size: int, first_update: bool = False) -> str
     """
     actor, rollout, model = config.actor_rollout_ref.actor, config.actor_rollout_ref.rollout, \
         config.actor_rollout_ref.model
+    mode = (config.trainer.get("v1") or {}).get("trainer_mode", "sync")
+    if mode != "sync":
+        return (f"trainer.v1.trainer_mode={mode}: the asynchronous trainers keep their old log-probs from older "
+                "weights (decoupled PPO)")
     if first_update and actor.get("use_kl_loss", False) and _ref_in_actor(model):
         return ("the first update with LoRA and KL: verl's reference pass (the actor with its adapter disabled) would "
                 "be the actor's first forward, and FSDP2's first backward then fails "
