@@ -287,3 +287,13 @@ def test_the_entropy_estimate_is_the_token_mean_over_all_ranks():
         metrics.append(rank_metrics[on_policy_update.ENTROPY_ESTIMATE])
     expected = -torch.cat(everything).mean().item()
     assert Metric.aggregate_dp(metrics) == pytest.approx(expected, rel=1e-6)
+
+
+def test_a_verl_without_the_patched_names_keeps_its_pass_and_says_why(capsys):
+    trainer_base = type(sys)("stand_in_trainer_base")
+    trainer_base.PPOTrainer = type("PPOTrainer", (), {"_update_actor": lambda self, batch, metrics: batch})
+    assert on_policy_update.patch_trainer(trainer_base) is False
+    assert not hasattr(trainer_base.PPOTrainer, "_verl_ext_on_policy_update")
+    err = capsys.readouterr().err
+    assert "verl has no verl.trainer.ppo.v1.trainer_base.PPOTrainer._compute_old_log_prob" in err
+    assert "the old-log-prob pass runs every step" in err

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import functools
 import math
+import sys
 from types import ModuleType
 from typing import Any, Callable
 
@@ -93,11 +94,20 @@ def _ref_in_actor(model: Any) -> bool:
     return int(rank) > 0 or model.get("lora_adapter_path") is not None
 
 
-def patch_trainer(trainer_base: ModuleType) -> None:
-    """Make ``trainer_base.PPOTrainer`` skip the old-log-prob pass when ``pass_needed`` finds no reason."""
-    trainer_cls = trainer_base.PPOTrainer
+def patch_trainer(trainer_base: ModuleType) -> bool:
+    """Make ``trainer_base.PPOTrainer`` skip the old-log-prob pass when ``pass_needed`` finds no reason.
+
+    Returns False, changing nothing, when verl lacks what 0.9.1 has here or in the actor's loss (the workers would
+    not understand the mark): the pass then runs every step.
+    """
+    trainer_cls = getattr(trainer_base, "PPOTrainer", None)
+    missing = _missing_verl_names(trainer_cls)
+    if missing:
+        print(f"[verl-ext] OLD_LOG_PROB_PASS=auto: verl has no {', '.join(missing)} (not verl 0.9.1?); the old-log-prob "
+              "pass runs every step", file=sys.stderr, flush=True)
+        return False
     if getattr(trainer_cls, _PATCHED, False):
-        return
+        return True
     compute_old_log_prob, update_actor = trainer_cls._compute_old_log_prob, trainer_cls._update_actor
 
     @functools.wraps(compute_old_log_prob)
@@ -122,6 +132,23 @@ def patch_trainer(trainer_base: ModuleType) -> None:
     trainer_cls._compute_old_log_prob = _compute_old_log_prob
     trainer_cls._update_actor = _update_actor
     setattr(trainer_cls, _PATCHED, True)
+    return True
+
+
+def _missing_verl_names(trainer_cls: Any) -> list[str]:
+    """What the two patches use that this verl lacks (empty for verl 0.9.1)."""
+    import importlib
+
+    missing = [f"{TRAINER_MODULE}.PPOTrainer.{name}" for name in ("_compute_old_log_prob", "_update_actor")
+               if not hasattr(trainer_cls, name)]
+    for module, name in ((LOSSES_MODULE, "ppo_loss"), ("verl.workers.utils.padding", "response_from_nested")):
+        try:
+            found = hasattr(importlib.import_module(module), name)
+        except ImportError:
+            found = False
+        if not found:
+            missing.append(f"{module}.{name}")
+    return missing
 
 
 def _report_once(trainer: Any, reason: str) -> None:
