@@ -129,13 +129,17 @@ from verl_ext.launch.task_runner import DriverTaskRunner
 class Probe:
     def run(self, config):
         env_vars = ray.get_runtime_context().runtime_env.get("env_vars", {})
+        from verl.trainer.ppo.v1 import trainer_base  # patched by VERL_USE_EXTERNAL_MODULES's module on import
         seen = {"pid": os.getpid(), "cwd": os.getcwd(), "omp": os.environ.get("OMP_NUM_THREADS"),
+                "patched": getattr(trainer_base.PPOTrainer, "_verl_ext_on_policy_update", False),
                 "threads": torch.get_num_threads(), "env": {key: os.environ.get(key) for key in env_vars},
                 "job_env": env_vars, "experiment": config.trainer.experiment_name}
         with open(os.environ["PROBE_OUT"], "a") as out:
             out.write(json.dumps(seen) + "\\n")
 
-config = compose("ppo_trainer", ["ray_kwargs.ray_init.num_cpus=4", "trainer.experiment_name=probe"])
+config = compose("ppo_trainer", ["ray_kwargs.ray_init.num_cpus=4", "trainer.experiment_name=probe",
+                                  "+ray_kwargs.ray_init.runtime_env.env_vars.VERL_USE_EXTERNAL_MODULES="
+                                  "verl_ext.launch.on_policy_update"])  # the train scripts' OLD_LOG_PROB_PASS=auto
 main_ppo.run_ppo(config, task_runner_class=Probe)
 main_ppo.run_ppo(config, task_runner_class=DriverTaskRunner(Probe))
 print("DRIVER_PID", os.getpid())
@@ -159,6 +163,7 @@ def test_the_runner_sees_in_the_driver_what_it_sees_as_a_ray_actor(tmp_path):
     assert in_driver["env"] == as_actor["env"] == {key: str(v) for key, v in as_actor["job_env"].items()}
     for key in ("cwd", "omp", "threads", "experiment"):
         assert in_driver[key] == as_actor[key], key
+    assert as_actor["patched"] and in_driver["patched"]  # the job's verl patches reach the trainer either way
     assert in_driver["omp"] == "1" and in_driver["threads"] == 1
 
 
