@@ -309,7 +309,7 @@ def test_next_session_plans_runs_compose_and_pass_preflight():
                 ("verl_ext.launch.on_policy_update", env.get("OLD_LOG_PROB_PASS", OLD_LOG_PROB_PASS_DEFAULT) == "auto"),
             ) if on]
             assert env_vars.get("VERL_USE_EXTERNAL_MODULES") == (",".join(modules) or None), (name, env)
-    assert {"driver", "oneunit", "oneunit2", "both", "fork", "all", "pass", "auto"} <= labels
+    assert {"driver", "oneunit", "both", "fork", "all", "pass", "auto", "auto2", "pass2"} <= labels
 
 
 OLD_LOG_PROB_PASS_DEFAULT = "auto"  # train/scripts/lib/common.sh
