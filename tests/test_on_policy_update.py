@@ -146,8 +146,9 @@ ENGINE_STEP = textwrap.dedent("""
 
 
 def test_the_update_from_its_own_forward_has_verls_gradient_after_the_pass():
-    lines = {line.split()[0]: line.split(maxsplit=1)[1] for line in run_child(ENGINE_STEP, *smoke_overrides()).splitlines()
-             if line.split() and line.split()[0].isupper() and line.split()[0].replace("_", "").isalpha()}
+    lines = dict(parts for line in run_child(ENGINE_STEP, *smoke_overrides()).splitlines()
+                 if len(parts := line.split(maxsplit=1)) == 2 and parts[0].isupper()
+                 and parts[0].replace("_", "").isalpha())  # the script's "KEY values" lines
     micro_batches, marked = lines["MICRO_BATCHES"].split()
     assert int(micro_batches) >= 2 and marked == "True"  # the mark reaches every micro batch of verl's split
     grad_diff, _, stale_diff, _, scale = lines["GRAD_DIFF"].split()

@@ -31,6 +31,7 @@ verl's legacy trainer (``ray_trainer.py``) is not patched and keeps its pass.
 from __future__ import annotations
 
 import functools
+import importlib
 import math
 import sys
 from types import ModuleType
@@ -101,13 +102,13 @@ def patch_trainer(trainer_base: ModuleType) -> bool:
     not understand the mark): the pass then runs every step.
     """
     trainer_cls = getattr(trainer_base, "PPOTrainer", None)
+    if getattr(trainer_cls, _PATCHED, False):
+        return True
     missing = _missing_verl_names(trainer_cls)
     if missing:
         print(f"[verl-ext] OLD_LOG_PROB_PASS=auto: verl has no {', '.join(missing)} (not verl 0.9.1?); the old-log-prob "
               "pass runs every step", file=sys.stderr, flush=True)
         return False
-    if getattr(trainer_cls, _PATCHED, False):
-        return True
     compute_old_log_prob, update_actor = trainer_cls._compute_old_log_prob, trainer_cls._update_actor
 
     @functools.wraps(compute_old_log_prob)
@@ -137,8 +138,6 @@ def patch_trainer(trainer_base: ModuleType) -> bool:
 
 def _missing_verl_names(trainer_cls: Any) -> list[str]:
     """What the two patches use that this verl lacks (empty for verl 0.9.1)."""
-    import importlib
-
     missing = [f"{TRAINER_MODULE}.PPOTrainer.{name}" for name in ("_compute_old_log_prob", "_update_actor")
                if not hasattr(trainer_cls, name)]
     for module, name in ((LOSSES_MODULE, "ppo_loss"), ("verl.workers.utils.padding", "response_from_nested")):
@@ -187,14 +186,15 @@ def _old_log_probs_from_forward(ppo_loss: Callable[..., Any]) -> Callable[..., A
         old_log_probs = response_from_nested(log_probs.detach(), data["response_mask"])
         data["old_log_probs"] = old_log_probs
         loss, metrics = ppo_loss(config, model_output, data, dp_group)
-        sampled = old_log_probs.values()[data["response_mask"].values().bool()]  # multi-turn masks observations
+        mask = data["response_mask"].values()  # multi-turn masks observations
+        sampled_sum = (old_log_probs.values().float() * mask).sum()  # no boolean indexing: no GPU sync per micro batch
         batch_tokens = tu.get_non_tensor_data(data=data, key="batch_num_tokens", default=None)
         dp_size = tu.get_non_tensor_data(data=data, key="dp_size", default=1) or 1
         if batch_tokens:  # verl's token-mean: summed over micro batches, averaged over ranks (Metric.aggregate_dp)
-            metrics[ENTROPY_ESTIMATE] = Metric(value=-sampled.float().sum() * dp_size / batch_tokens,
+            metrics[ENTROPY_ESTIMATE] = Metric(value=-sampled_sum * dp_size / batch_tokens,
                                                aggregation=AggregationType.SUM)
-        elif sampled.numel():
-            metrics[ENTROPY_ESTIMATE] = Metric(value=-sampled.float().mean(), aggregation=AggregationType.MEAN)
+        elif count := int(mask.sum()):
+            metrics[ENTROPY_ESTIMATE] = Metric(value=-sampled_sum / count, aggregation=AggregationType.MEAN)
         return loss, metrics
 
     return loss_with_old_log_probs_from_forward
