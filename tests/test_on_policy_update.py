@@ -298,3 +298,32 @@ def test_a_verl_without_the_patched_names_keeps_its_pass_and_says_why(capsys):
     err = capsys.readouterr().err
     assert "verl has no verl.trainer.ppo.v1.trainer_base.PPOTrainer._compute_old_log_prob" in err
     assert "the old-log-prob pass runs every step" in err
+
+
+def test_response_values_cut_as_verl_cuts_them_without_reading_the_device():
+    import torch
+    from torch.profiler import profile
+    from verl.workers.utils.padding import response_from_nested
+
+    generator = torch.Generator().manual_seed(5)
+    nested = lambda ts: torch.nested.as_nested_tensor(ts, layout=torch.jagged)  # noqa: E731
+    prompt_lens = torch.randint(1, 40, (128,), generator=generator).tolist()
+    response_lens = torch.randint(0, 30, (128,), generator=generator).tolist()
+    response_lens[:3] = [0, 1, 0]  # empty responses (an aborted sample) and a one-token one
+    log_probs = nested([torch.randn(p + r, generator=generator) for p, r in zip(prompt_lens, response_lens)])
+    mask = nested([torch.ones(r, dtype=torch.long) for r in response_lens])
+
+    expected, ours = response_from_nested(log_probs, mask), on_policy_update.response_values(log_probs, mask)
+    assert torch.equal(ours.values(), expected.values()) and torch.equal(ours.offsets(), expected.offsets())
+    assert ours.offsets() is not mask.offsets()  # fresh offsets, as verl's as_nested_tensor builds them
+    assert torch.equal(torch.nested.to_padded_tensor(ours, 0.0), torch.nested.to_padded_tensor(expected, 0.0))
+    bare_mask = torch.nested.nested_tensor_from_jagged(mask.values(), offsets=mask.offsets())  # no cached bounds
+    assert torch.equal(on_policy_update.response_values(log_probs, bare_mask).values(), expected.values())
+
+    def reads(function):  # aten::_local_scalar_dense is a tensor read by the host: a synchronization on a GPU
+        with profile() as trace:
+            function(log_probs, mask)
+        return sum(event.count for event in trace.key_averages() if event.key == "aten::_local_scalar_dense")
+
+    assert reads(response_from_nested) == 2 * 128  # verl's: two per sample
+    assert reads(on_policy_update.response_values) == 0

@@ -49,6 +49,11 @@ def test_timed_phases_are_inclusive_counted_synchronized_and_reported_once(capsy
     asyncio.run(phase_timer.timed(sync_weights, "update_weights", report="sync", clock=clock)())
     report = json.loads(capsys.readouterr().out.split(" sync ", 1)[1])
     assert list(report) == ["update_weights"] and report["update_weights"]["s"] >= 0.01
+    def behind_a_plain_decorator():  # verl's ServerAdapter.update_weights: async under @torch.no_grad()
+        return sync_weights()
+
+    asyncio.run(phase_timer.timed(behind_a_plain_decorator, "rollout", report="sync", clock=clock)())
+    assert json.loads(capsys.readouterr().out.split(" sync ", 1)[1])["rollout"]["s"] >= 0.01
     wrapped = phase_timer.timed(outer, "outer", clock=clock)
     assert phase_timer.timed(wrapped, "again", clock=clock) is wrapped  # never timed twice
 

@@ -292,7 +292,7 @@ def test_next_session_plans_runs_compose_and_pass_preflight():
     # the plans meant for the next GPU session: every run of ours is a valid verl config before device time is spent
     labels = set()
     for name in ("next-session.plan", "one-machine.plan", "startup-overlap.plan", "startup-fork.plan",
-                 "startup-confirm.plan", "on-policy.plan"):
+                 "startup-confirm.plan", "on-policy.plan", "phases.plan"):
         runs = [split_command(argv) for argv in plan(SPEED_PLAN_FILE=f"bench/plans/{name}")]
         ours = [(env, args) for env, (_, what), args in runs if what == "ours"]
         assert ours, name
@@ -304,7 +304,8 @@ def test_next_session_plans_runs_compose_and_pass_preflight():
             if env.get("OURS_LABEL", "").startswith("oneunit"):
                 assert_one_fsdp2_unit(cfg)
             env_vars = cfg.ray_kwargs.ray_init.get("runtime_env", {}).get("env_vars", {})
-            modules = [module for module, on in (
+            modules = [module for module in env.get("VERL_USE_EXTERNAL_MODULES", "").split(",") if module]  # kept
+            modules += [module for module, on in (
                 ("verl_ext.launch.vllm_worker_fork", env.get("ROLLOUT_WORKER_START", "fork") == "fork"),
                 ("verl_ext.launch.on_policy_update", env.get("OLD_LOG_PROB_PASS", OLD_LOG_PROB_PASS_DEFAULT) == "auto"),
             ) if on]

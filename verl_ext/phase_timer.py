@@ -111,15 +111,29 @@ def timed(function: Callable[..., Any], phase: str, report: str = "", clock: Pha
                     clock.report(report)
         wrapper: Callable[..., Any] = timed_async
     else:
+        def finish(started: float) -> None:
+            clock.stop(phase, started)
+            if report:
+                clock.report(report)
+
+        async def awaited(result: Any, started: float) -> Any:
+            try:
+                return await result
+            finally:
+                finish(started)
+
         @functools.wraps(function)
         def timed_call(*args: Any, **kwargs: Any) -> Any:
             started = clock.start()
             try:
-                return function(*args, **kwargs)
-            finally:
-                clock.stop(phase, started)
-                if report:
-                    clock.report(report)
+                result = function(*args, **kwargs)
+            except BaseException:
+                finish(started)
+                raise
+            if inspect.isawaitable(result):  # an async method behind a plain decorator (torch.no_grad)
+                return awaited(result, started)
+            finish(started)
+            return result
         wrapper = timed_call
     setattr(wrapper, _WRAPPED, True)
     return wrapper
