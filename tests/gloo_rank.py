@@ -34,6 +34,37 @@ TRAINED_LORA_QWEN2 = textwrap.dedent("""
 """)
 
 
+# verl 0.9.1's FSDP actor engine around a tiny Qwen2 (torch_varlen, padding-free), as far as its training step
+# needs, on one gloo CPU rank: leaves `engine`, `model`, `nested` (a jagged nested tensor from a list) and verl's
+# `losses`, `tu`, `compose`, `omega_conf_to_dataclass` for the script that follows. The tests directory is the
+# child's first argument. A script that loads modules through VERL_USE_EXTERNAL_MODULES sets it before this.
+CPU_ACTOR_ENGINE = textwrap.dedent("""
+    import functools, os, sys, types, torch, torch.distributed as dist
+    import verl  # imports the modules VERL_USE_EXTERNAL_MODULES names, as in every process of a run
+    import verl.utils.seqlen_balancing as seqlen_balancing
+    import verl.workers.engine.fsdp.transformer_impl as fsdp_engine
+    from verl.models.transformers.monkey_patch import apply_monkey_patch
+    from verl.utils import tensordict_utils as tu
+    from verl.utils.config import omega_conf_to_dataclass
+    from verl.workers.utils import losses
+    sys.path.insert(0, sys.argv[1])
+    from test_varlen_attention import tiny_qwen2
+    from verl_ext import attention
+    from verl_ext.launch.preflight import compose
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[-1])
+    dist.init_process_group("gloo", rank=0, world_size=1)
+    fsdp_engine.get_device_name = fsdp_engine.get_device_id = seqlen_balancing.get_device_name = lambda: "cpu"
+    model = tiny_qwen2(attention.ATTN_IMPLEMENTATION)
+    apply_monkey_patch(model, use_remove_padding=True, use_fused_kernels=False)
+    engine = fsdp_engine.FSDPEngineWithLMHead.__new__(fsdp_engine.FSDPEngineWithLMHead)
+    engine.module, engine.pad_to_length, engine._autocast_dtype = model, False, torch.float32
+    engine.use_ulysses_sp, engine.ulysses_sequence_parallel_size = False, 1
+    engine.scaler, engine.engine_config = None, types.SimpleNamespace(use_no_sync_for_gradient_accumulation=False)
+    engine.get_data_parallel_group, engine.get_data_parallel_size = (lambda: dist.group.WORLD), (lambda: 1)
+    nested = lambda ts: torch.nested.as_nested_tensor(ts, layout=torch.jagged)
+""")
+
 def free_port() -> str:
     """A TCP port on 127.0.0.1 that nothing listens on right now (the child's MASTER_PORT)."""
     with socket.socket() as sock:

@@ -17,7 +17,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from gloo_rank import free_port
+from gloo_rank import CPU_ACTOR_ENGINE, free_port
 from omegaconf import OmegaConf
 from test_train_scripts import dry_run, overrides_of
 
@@ -62,41 +62,16 @@ def test_the_smoke_recipe_needs_no_pass_and_each_reason_for_one_is_named():
     assert on_policy_update.pass_needed(full_kl, 64, first_update=True) == ""  # its reference is a model of its own
 
 
-ENGINE_STEP = textwrap.dedent("""
-    import functools, os, sys, types, torch, torch.distributed as dist
-    os.environ["VERL_USE_EXTERNAL_MODULES"] = "verl_ext.launch.on_policy_update"
-    import verl  # imports verl_ext.launch.on_policy_update, whose patches wait for verl's modules
-    import verl.utils.seqlen_balancing as seqlen_balancing
-    import verl.workers.engine.fsdp.transformer_impl as fsdp_engine
-    from verl.models.transformers.monkey_patch import apply_monkey_patch
-    from verl.utils import tensordict_utils as tu
-    from verl.utils.config import omega_conf_to_dataclass
-    from verl.workers.utils import losses
+ENGINE_STEP = ('import os\nos.environ["VERL_USE_EXTERNAL_MODULES"] = "verl_ext.launch.on_policy_update"\n'
+               + CPU_ACTOR_ENGINE + textwrap.dedent("""
     from verl.workers.utils.padding import response_from_nested
-    sys.path.insert(0, sys.argv[1])
-    from test_varlen_attention import tiny_qwen2
-    from verl_ext import attention
-    from verl_ext.launch.preflight import compose
     from verl_ext.on_policy_update import ENTROPY_ESTIMATE, OLD_FROM_UPDATE
 
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[-1])
-    dist.init_process_group("gloo", rank=0, world_size=1)
-    fsdp_engine.get_device_name = fsdp_engine.get_device_id = seqlen_balancing.get_device_name = lambda: "cpu"
     actor_config = omega_conf_to_dataclass(compose("ppo_trainer", sys.argv[2:-1]).actor_rollout_ref.actor)
     assert losses.ppo_loss.__wrapped__ is not None  # patched on import, before anyone bound the name
 
-    model = tiny_qwen2(attention.ATTN_IMPLEMENTATION)
-    apply_monkey_patch(model, use_remove_padding=True, use_fused_kernels=False)
-    # verl 0.9.1's FSDP actor engine around the model, as far as its training step needs (one CPU rank)
-    engine = fsdp_engine.FSDPEngineWithLMHead.__new__(fsdp_engine.FSDPEngineWithLMHead)
-    engine.module, engine.pad_to_length, engine._autocast_dtype = model, False, torch.float32
-    engine.use_ulysses_sp, engine.ulysses_sequence_parallel_size = False, 1
-    engine.scaler, engine.engine_config = None, types.SimpleNamespace(use_no_sync_for_gradient_accumulation=False)
-    engine.get_data_parallel_group, engine.get_data_parallel_size = (lambda: dist.group.WORLD), (lambda: 1)
-
     g = torch.Generator().manual_seed(3)
     prompt_lens, response_lens = [4, 6, 3, 5], [5, 2, 7, 4]
-    nested = lambda ts: torch.nested.as_nested_tensor(ts, layout=torch.jagged)
     prompts = [torch.randint(0, 64, (n,), generator=g) for n in prompt_lens]
     responses = [torch.randint(0, 64, (n,), generator=g) for n in response_lens]
     masks = [torch.ones(n, dtype=torch.long) for n in response_lens]
@@ -142,7 +117,7 @@ ENGINE_STEP = textwrap.dedent("""
         step(mini_batch(mark=True, old_log_probs=old))
     except ValueError as err:
         print("MARKED_WITH_OLD", err)
-""")
+"""))
 
 
 def test_the_update_from_its_own_forward_has_verls_gradient_after_the_pass():
@@ -299,31 +274,3 @@ def test_a_verl_without_the_patched_names_keeps_its_pass_and_says_why(capsys):
     assert "verl has no verl.trainer.ppo.v1.trainer_base.PPOTrainer._compute_old_log_prob" in err
     assert "the old-log-prob pass runs every step" in err
 
-
-def test_response_values_cut_as_verl_cuts_them_without_reading_the_device():
-    import torch
-    from torch.profiler import profile
-    from verl.workers.utils.padding import response_from_nested
-
-    generator = torch.Generator().manual_seed(5)
-    nested = lambda ts: torch.nested.as_nested_tensor(ts, layout=torch.jagged)  # noqa: E731
-    prompt_lens = torch.randint(1, 40, (128,), generator=generator).tolist()
-    response_lens = torch.randint(0, 30, (128,), generator=generator).tolist()
-    response_lens[:3] = [0, 1, 0]  # empty responses (an aborted sample) and a one-token one
-    log_probs = nested([torch.randn(p + r, generator=generator) for p, r in zip(prompt_lens, response_lens)])
-    mask = nested([torch.ones(r, dtype=torch.long) for r in response_lens])
-
-    expected, ours = response_from_nested(log_probs, mask), on_policy_update.response_values(log_probs, mask)
-    assert torch.equal(ours.values(), expected.values()) and torch.equal(ours.offsets(), expected.offsets())
-    assert ours.offsets() is not mask.offsets()  # fresh offsets, as verl's as_nested_tensor builds them
-    assert torch.equal(torch.nested.to_padded_tensor(ours, 0.0), torch.nested.to_padded_tensor(expected, 0.0))
-    bare_mask = torch.nested.nested_tensor_from_jagged(mask.values(), offsets=mask.offsets())  # no cached bounds
-    assert torch.equal(on_policy_update.response_values(log_probs, bare_mask).values(), expected.values())
-
-    def reads(function):  # aten::_local_scalar_dense is a tensor read by the host: a synchronization on a GPU
-        with profile() as trace:
-            function(log_probs, mask)
-        return sum(event.count for event in trace.key_averages() if event.key == "aten::_local_scalar_dense")
-
-    assert reads(response_from_nested) == 2 * 128  # verl's: two per sample
-    assert reads(on_policy_update.response_values) == 0

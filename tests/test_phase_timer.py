@@ -16,7 +16,7 @@ import types
 from pathlib import Path
 
 from bench_scripts import load_bench_script
-from gloo_rank import free_port
+from gloo_rank import CPU_ACTOR_ENGINE, free_port
 
 from verl_ext import phase_timer
 
@@ -78,39 +78,16 @@ def test_names_a_verl_lacks_are_listed_and_left_alone():
     assert dict(clock.totals)["optimizer_step"][1] == 1 and "inherited" not in clock.totals
 
 
-UPDATE_IN_VERL = textwrap.dedent("""
-    import functools, os, sys, types, torch, torch.distributed as dist
-    os.environ["VERL_USE_EXTERNAL_MODULES"] = "verl_ext.launch.phase_timer"
-    import verl  # imports verl_ext.launch.phase_timer, whose wrappers wait for verl's modules
-    import verl.utils.seqlen_balancing as seqlen_balancing
-    import verl.workers.engine.fsdp.transformer_impl as fsdp_engine
+UPDATE_IN_VERL = ('import os\nos.environ["VERL_USE_EXTERNAL_MODULES"] = "verl_ext.launch.phase_timer"\n'
+                  + CPU_ACTOR_ENGINE + textwrap.dedent("""
     import verl.workers.engine_workers as engine_workers
-    from verl.models.transformers.monkey_patch import apply_monkey_patch
-    from verl.utils import tensordict_utils as tu
-    from verl.utils.config import omega_conf_to_dataclass
-    from verl.workers.utils import losses
-    sys.path.insert(0, sys.argv[1])
-    from test_varlen_attention import tiny_qwen2
     from test_train_scripts import dry_run, overrides_of
-    from verl_ext import attention
-    from verl_ext.launch.preflight import compose
 
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[-1])
-    dist.init_process_group("gloo", rank=0, world_size=1)
-    fsdp_engine.get_device_name = fsdp_engine.get_device_id = seqlen_balancing.get_device_name = lambda: "cpu"
     smoke = overrides_of(dry_run("openspiel-ppo.sh", RUN_PROFILE="smoke", OLD_LOG_PROB_PASS="always"))
     actor_config = omega_conf_to_dataclass(compose("ppo_trainer", smoke).actor_rollout_ref.actor)
-    model = tiny_qwen2(attention.ATTN_IMPLEMENTATION)
-    apply_monkey_patch(model, use_remove_padding=True, use_fused_kernels=False)
-    engine = fsdp_engine.FSDPEngineWithLMHead.__new__(fsdp_engine.FSDPEngineWithLMHead)
-    engine.module, engine.pad_to_length, engine._autocast_dtype = model, False, torch.float32
-    engine.use_ulysses_sp, engine.ulysses_sequence_parallel_size = False, 1
-    engine.scaler, engine.engine_config = None, types.SimpleNamespace(use_no_sync_for_gradient_accumulation=False)
-    engine.get_data_parallel_group, engine.get_data_parallel_size = (lambda: dist.group.WORLD), (lambda: 1)
 
     g = torch.Generator().manual_seed(3)
     lengths = [(4, 5), (6, 2), (3, 7), (5, 4)]
-    nested = lambda ts: torch.nested.as_nested_tensor(ts, layout=torch.jagged)
     seqs = [torch.randint(0, 64, (p + r,), generator=g) for p, r in lengths]
     data = tu.get_tensordict({
         "input_ids": nested(seqs), "position_ids": nested([torch.arange(len(s)) for s in seqs]),
@@ -130,7 +107,7 @@ UPDATE_IN_VERL = textwrap.dedent("""
     worker = types.SimpleNamespace(actor=types.SimpleNamespace(train_mini_batch=train_mini_batch),
                                    enable_routing_replay=False)
     engine_workers.ActorRolloutRefWorker.update_actor(worker, data)  # prints the step's line
-""")
+"""))
 
 
 def test_verls_update_prints_one_line_with_its_phases_nested(tmp_path):
@@ -167,3 +144,21 @@ def test_the_table_reads_gzip_logs_and_skips_warm_up_steps(tmp_path):
     text = out.read_text()
     assert "| update_actor | 0.8000 | 0.7000 | 0.9000 | 1 |" in text
     assert "## sync" in text and "3 steps (of 4" in text
+
+
+def test_garbage_collections_are_counted_by_generation_until_the_report(capsys):
+    import gc
+
+    clock = phase_timer.PhaseClock()
+    clock.watch_gc()
+    clock.watch_gc()  # once only
+    try:
+        assert gc.callbacks.count(clock._on_gc) == 1
+        gc.collect(2)
+        gc.collect(0)
+        report = clock.report("update")
+    finally:
+        gc.callbacks.remove(clock._on_gc)
+    assert report["gc_gen2"]["calls"] >= 1 and report["gc_gen0"]["calls"] >= 1
+    assert report["gc_gen2"]["s"] > 0
+    assert json.loads(capsys.readouterr().out.split(" update ", 1)[1]) == report

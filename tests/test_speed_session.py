@@ -308,9 +308,10 @@ def test_next_session_plans_runs_compose_and_pass_preflight():
             modules += [module for module, on in (
                 ("verl_ext.launch.vllm_worker_fork", env.get("ROLLOUT_WORKER_START", "fork") == "fork"),
                 ("verl_ext.launch.on_policy_update", env.get("OLD_LOG_PROB_PASS", OLD_LOG_PROB_PASS_DEFAULT) == "auto"),
+                ("verl_ext.launch.response_cut", env.get("LOSS_RESPONSE_CUT") == "gather"),
             ) if on]
             assert env_vars.get("VERL_USE_EXTERNAL_MODULES") == (",".join(modules) or None), (name, env)
-    assert {"driver", "oneunit", "both", "fork", "all", "pass", "auto", "auto2", "pass2"} <= labels
+    assert {"driver", "oneunit", "both", "fork", "all", "pass", "auto", "auto2", "pass2", "cut", "cut2"} <= labels
 
 
 OLD_LOG_PROB_PASS_DEFAULT = "auto"  # train/scripts/lib/common.sh

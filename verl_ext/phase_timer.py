@@ -10,7 +10,8 @@ they cannot say whether a slow update is the forward, the backward, the optimize
 with inclusive wall times (a phase's time includes the phases inside it). When CUDA is in use each timed call
 synchronizes the device at its start and end, so a phase holds its own GPU work and not the work queued before
 it; that costs a few synchronizations per micro batch, so timings taken with it on are for the breakdown, not
-for the headline step time.
+for the headline step time. The line also counts the Python garbage collections of the worker since the previous
+line (``gc_gen0`` .. ``gc_gen2``: time and number), which can stall any phase.
 
 Load it in every process that imports verl with ``VERL_USE_EXTERNAL_MODULES=verl_ext.launch.phase_timer``
 (the train scripts pass that variable to every Ray worker and keep the modules they add themselves);
@@ -20,6 +21,7 @@ Load it in every process that imports verl with ``VERL_USE_EXTERNAL_MODULES=verl
 from __future__ import annotations
 
 import functools
+import gc
 import inspect
 import json
 import sys
@@ -85,6 +87,21 @@ class PhaseClock:
         self.totals.clear()
         print(f"{MARK} {kind} {json.dumps(times)}", flush=True)
         return times
+
+    def watch_gc(self) -> None:
+        """Also count Python's garbage collections in this process, per generation (``gc_gen0`` .. ``gc_gen2``):
+        everything collected since the last report, whichever phase (or the idle time between steps) it fell in."""
+        if self._on_gc not in gc.callbacks:
+            gc.callbacks.append(self._on_gc)
+
+    def _on_gc(self, event: str, info: dict[str, int]) -> None:
+        if event == "start":
+            self._gc_started = time.perf_counter()
+        elif getattr(self, "_gc_started", None) is not None:
+            total = self.totals[f"gc_gen{info.get('generation', '?')}"]
+            total[0] += time.perf_counter() - self._gc_started
+            total[1] += 1
+            self._gc_started = None
 
     def _sync(self) -> None:
         if self.synchronize is not None:
@@ -179,6 +196,7 @@ def _patch(module: ModuleType, phases: tuple) -> None:
 
 def _patch_workers(module: ModuleType) -> None:
     _patch(module, WORKER_PHASES + REPORTS)
+    CLOCK.watch_gc()
     torch_device = module.get_torch_device()  # verl's weight sync empties the allocator's cache through it
     if hasattr(torch_device, "empty_cache"):
         torch_device.empty_cache = timed(torch_device.empty_cache, "empty_cache")

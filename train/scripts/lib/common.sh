@@ -148,6 +148,11 @@ grpo_args() {
   # something else needs it and says why); always: verl's pass every step.
   : "${OLD_LOG_PROB_PASS:=auto}"
   require_choice OLD_LOG_PROB_PASS "$OLD_LOG_PROB_PASS" auto always
+  # How verl's PPO loss cuts each response's log-probs out of the packed forward, every micro batch. verl: sample
+  # by sample with indices read back from the GPU (~3 synchronizations per sample); gather: one gather on the device,
+  # the same values and gradients (verl_ext/response_cut.py). Not yet measured on a GPU, so verl's stays the default.
+  : "${LOSS_RESPONSE_CUT:=verl}"
+  require_choice LOSS_RESPONSE_CUT "$LOSS_RESPONSE_CUT" verl gather
   : "${GRADIENT_CHECKPOINTING:=1}" "${ACTOR_MODEL_DTYPE:=fp32}"
   : "${N_GPUS_PER_NODE:=1}" "${NNODES:=1}" "${TENSOR_PARALLEL_SIZE:=1}"
   : "${PROJECT_NAME:=verl-ext}" "${EXPERIMENT_NAME:=${TASK_NAME}-${RUN_PROFILE}}"
@@ -310,6 +315,7 @@ grpo_args() {
   local modules="${VERL_USE_EXTERNAL_MODULES:-}"
   [[ "$ROLLOUT_WORKER_START" == fork ]] && modules="${modules:+$modules,}verl_ext.launch.vllm_worker_fork"
   [[ "$OLD_LOG_PROB_PASS" == auto ]] && modules="${modules:+$modules,}verl_ext.launch.on_policy_update"
+  [[ "$LOSS_RESPONSE_CUT" == gather ]] && modules="${modules:+$modules,}verl_ext.launch.response_cut"
   if [[ "$modules" != "${VERL_USE_EXTERNAL_MODULES:-}" ]]; then
     [[ "$modules" == *,* ]] && modules="'$modules'"
     ARGS+=(+ray_kwargs.ray_init.runtime_env.env_vars.VERL_USE_EXTERNAL_MODULES="$modules")
