@@ -39,7 +39,7 @@ VLLM_ROLLOUT_MODULE = "verl.workers.rollout.vllm_rollout.vllm_rollout"
 SENDER_MODULE = "verl.workers.rollout.vllm_rollout.bucketed_weight_transfer"
 _WRAPPED = "_verl_ext_phase_timer"
 
-# (module, "Class.method" or "function", phase name); the two worker methods close a report
+# ("Class.method" or "function" in the module, phase name[, report]): the two REPORTS methods print a line
 ENGINE_PHASES = (
     ("FSDPEngine.forward_backward_batch", "forward_backward_batch"),
     ("FSDPEngineWithLMHead.forward_step", "forward_step"),
