@@ -18,8 +18,7 @@ from pathlib import Path
 
 import pytest
 from gloo_rank import CPU_ACTOR_ENGINE, free_port
-from omegaconf import OmegaConf
-from test_train_scripts import dry_run, overrides_of
+from test_train_scripts import dry_run, overrides_of, runtime_env_modules
 
 from verl_ext import on_policy_update
 from verl_ext.launch.preflight import compose
@@ -204,12 +203,6 @@ def test_without_the_module_verls_trainer_runs_its_pass():
     steps = [line.split()[1:] for line in run_child(script, on_policy_update.OLD_FROM_UPDATE, *smoke_overrides()).splitlines()
              if line.startswith("STEP ")]
     assert steps == [[size, "False", "False"] for size in ("64", "64", "96", "64")]
-
-
-def runtime_env_modules(**env: str) -> str | None:
-    cfg = compose("ppo_trainer", overrides_of(dry_run("openspiel-ppo.sh", RUN_PROFILE="smoke", **env)))
-    env_vars = OmegaConf.to_container(cfg.ray_kwargs.ray_init.get("runtime_env") or {}).get("env_vars") or {}
-    return env_vars.get("VERL_USE_EXTERNAL_MODULES")
 
 
 def test_train_script_loads_the_module_in_every_ray_worker_with_auto_only():

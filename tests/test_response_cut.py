@@ -16,14 +16,12 @@ from pathlib import Path
 import pytest
 import torch
 from gloo_rank import CPU_ACTOR_ENGINE, free_port
-from omegaconf import OmegaConf
-from test_train_scripts import dry_run, overrides_of
+from test_train_scripts import runtime_env_modules
 from torch.profiler import profile
 from verl.utils import tensordict_utils as tu
 from verl.workers.utils.padding import no_padding_2_padding
 
 from verl_ext import response_cut
-from verl_ext.launch.preflight import compose
 
 TESTS = Path(__file__).parent
 
@@ -158,12 +156,6 @@ def test_verls_update_with_the_gathered_cut_has_verls_gradient():
     assert float(grad_diff) == 0.0 and float(scale) > 0
     verl_loss, our_loss = lines["LOSS"].split()
     assert float(verl_loss) == float(our_loss)
-
-
-def runtime_env_modules(**env: str) -> str | None:
-    cfg = compose("ppo_trainer", overrides_of(dry_run("openspiel-ppo.sh", RUN_PROFILE="smoke", **env)))
-    env_vars = OmegaConf.to_container(cfg.ray_kwargs.ray_init.get("runtime_env") or {}).get("env_vars") or {}
-    return env_vars.get("VERL_USE_EXTERNAL_MODULES")
 
 
 def test_train_script_loads_the_cut_with_gather_only_and_refuses_other_values():

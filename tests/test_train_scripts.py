@@ -41,6 +41,15 @@ def overrides_of(argv: list[str]) -> list[str]:
     return argv[index + 2:]
 
 
+def runtime_env_modules(**env: str) -> str | None:
+    """``VERL_USE_EXTERNAL_MODULES`` in the job's runtime_env of openspiel-ppo.sh's smoke run with ``env``."""
+    from omegaconf import OmegaConf
+
+    cfg = compose("ppo_trainer", overrides_of(dry_run("openspiel-ppo.sh", RUN_PROFILE="smoke", **env)))
+    env_vars = OmegaConf.to_container(cfg.ray_kwargs.ray_init.get("runtime_env") or {}).get("env_vars") or {}
+    return env_vars.get("VERL_USE_EXTERNAL_MODULES")
+
+
 def value(overrides: list[str], key: str) -> str:
     return [o.split("=", 1)[1] for o in overrides if o.lstrip("+").split("=", 1)[0] == key][-1]
 

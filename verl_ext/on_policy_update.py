@@ -39,10 +39,9 @@ from types import ModuleType
 from typing import Any, Callable
 
 from verl_ext.import_hook import after_import
-from verl_ext.response_cut import response_values
+from verl_ext.response_cut import LOSSES_MODULE, response_values
 
 TRAINER_MODULE = "verl.trainer.ppo.v1.trainer_base"
-LOSSES_MODULE = "verl.workers.utils.losses"
 OLD_FROM_UPDATE = "verl_ext_old_log_probs_from_update"
 ENTROPY_ESTIMATE = "actor/entropy_estimate"
 SKIP_MARK = "[verl-ext] old log-probs from the update's forward: the actor's old-log-prob pass is skipped"
