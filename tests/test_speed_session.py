@@ -292,7 +292,7 @@ def test_next_session_plans_runs_compose_and_pass_preflight():
     # the plans meant for the next GPU session: every run of ours is a valid verl config before device time is spent
     labels = set()
     for name in ("next-session.plan", "one-machine.plan", "startup-overlap.plan", "startup-fork.plan",
-                 "startup-confirm.plan", "on-policy.plan", "phases.plan"):
+                 "startup-confirm.plan", "on-policy.plan", "phases.plan", "smoke-fsdp1.plan"):
         runs = [split_command(argv) for argv in plan(SPEED_PLAN_FILE=f"bench/plans/{name}")]
         ours = [(env, args) for env, (_, what), args in runs if what == "ours"]
         assert ours, name
@@ -309,9 +309,11 @@ def test_next_session_plans_runs_compose_and_pass_preflight():
                 ("verl_ext.launch.vllm_worker_fork", env.get("ROLLOUT_WORKER_START", "fork") == "fork"),
                 ("verl_ext.launch.on_policy_update", env.get("OLD_LOG_PROB_PASS", OLD_LOG_PROB_PASS_DEFAULT) == "auto"),
                 ("verl_ext.launch.response_cut", env.get("LOSS_RESPONSE_CUT") == "gather"),
+                ("verl_ext.launch.gc_freeze", env.get("GC_FREEZE", "1") == "1"),
             ) if on]
             assert env_vars.get("VERL_USE_EXTERNAL_MODULES") == (",".join(modules) or None), (name, env)
-    assert {"driver", "oneunit", "both", "fork", "all", "pass", "auto", "auto2", "pass2", "cut", "cut2"} <= labels
+    assert {"driver", "oneunit", "both", "fork", "all", "pass", "auto", "cut", "fsdp1", "fsdp1b", "nofreeze", "poll",
+            "phases"} <= labels
 
 
 OLD_LOG_PROB_PASS_DEFAULT = "auto"  # train/scripts/lib/common.sh

@@ -153,6 +153,12 @@ grpo_args() {
   # the same values and gradients (verl_ext/response_cut.py). Not yet measured on a GPU, so verl's stays the default.
   : "${LOSS_RESPONSE_CUT:=verl}"
   require_choice LOSS_RESPONSE_CUT "$LOSS_RESPONSE_CUT" verl gather
+  # 1: freeze the Python heap start-up built in verl's actor worker (after its model build and its first update)
+  # and in the trainer (when training begins), so that Python's full garbage collections stop walking it: one took
+  # 0.24-0.37 s in a process with verl's worker imports, ~1 ms with the heap frozen (bench/gc_pause_bench.py), and
+  # the H100 smoke runs' update jumped 0.4-0.6 s at steps 3 and 12-13 (verl_ext/gc_freeze.py). 0: Python's default.
+  : "${GC_FREEZE:=1}"
+  require_choice GC_FREEZE "$GC_FREEZE" 0 1
   : "${GRADIENT_CHECKPOINTING:=1}" "${ACTOR_MODEL_DTYPE:=fp32}"
   : "${N_GPUS_PER_NODE:=1}" "${NNODES:=1}" "${TENSOR_PARALLEL_SIZE:=1}"
   : "${PROJECT_NAME:=verl-ext}" "${EXPERIMENT_NAME:=${TASK_NAME}-${RUN_PROFILE}}"
@@ -316,6 +322,7 @@ grpo_args() {
   [[ "$ROLLOUT_WORKER_START" == fork ]] && modules="${modules:+$modules,}verl_ext.launch.vllm_worker_fork"
   [[ "$OLD_LOG_PROB_PASS" == auto ]] && modules="${modules:+$modules,}verl_ext.launch.on_policy_update"
   [[ "$LOSS_RESPONSE_CUT" == gather ]] && modules="${modules:+$modules,}verl_ext.launch.response_cut"
+  [[ "$GC_FREEZE" == 1 ]] && modules="${modules:+$modules,}verl_ext.launch.gc_freeze"
   if [[ "$modules" != "${VERL_USE_EXTERNAL_MODULES:-}" ]]; then
     [[ "$modules" == *,* ]] && modules="'$modules'"
     ARGS+=(+ray_kwargs.ray_init.runtime_env.env_vars.VERL_USE_EXTERNAL_MODULES="$modules")

@@ -1,0 +1,157 @@
+"""GC_FREEZE: the heap start-up built is frozen in verl's actor worker and trainer (verl_ext/gc_freeze.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from test_train_scripts import runtime_env_modules
+from verl_ext import gc_freeze
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def run_child(script: str, **env: str) -> subprocess.CompletedProcess:
+    """``script`` in a fresh interpreter (a freeze must not reach the test process's own heap)."""
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(script)], capture_output=True, text=True,
+                          timeout=300, env={**os.environ, **env}, cwd=REPO)
+
+
+def test_freeze_heap_takes_the_live_objects_out_of_collections_and_says_how_many():
+    child = run_child("""
+        import gc, json
+        from verl_ext.gc_freeze import freeze_heap
+        kept = [[i] for i in range(50_000)]  # tracked containers that stay alive
+        before = len(gc.get_objects())
+        frozen = freeze_heap("the test's build")
+        print(json.dumps({"before": before, "frozen": frozen, "left": len(gc.get_objects()),
+                          "count": gc.get_freeze_count(), "kept": len(kept)}))
+    """)
+    assert child.returncode == 0, child.stderr
+    facts = json.loads(child.stdout)
+    assert facts["frozen"] == facts["count"] >= 50_000
+    assert facts["left"] < 100 <= facts["before"] - facts["left"]  # collections now walk almost nothing
+    assert f"[verl-ext] gc freeze after the test's build: {facts['frozen']:,} objects frozen" in child.stderr
+
+
+def test_freeze_follows_plain_async_and_awaitable_calls_and_only_the_first_n(monkeypatch):
+    frozen: list[str] = []
+    monkeypatch.setattr(gc_freeze, "freeze_heap", frozen.append)
+
+    def build(x):
+        assert frozen == []  # the call itself runs before the freeze
+        return x + 1
+
+    async def update(x):
+        return x * 2
+
+    async def later(x):
+        return x - 1
+
+    def awaitable(x):  # an async method behind a plain decorator (as torch.no_grad leaves it)
+        return later(x)
+
+    build.dispatch_mode = "ONE_TO_ALL"  # verl's @register keeps its settings on the function
+    wrapped = gc_freeze.freeze_after(build, "build")
+    assert wrapped(1) == 2 and frozen == ["build"]
+    assert wrapped.dispatch_mode == "ONE_TO_ALL" and wrapped.__wrapped__ is build
+    assert gc_freeze.freeze_after(wrapped, "again") is wrapped  # wrapped once
+
+    first_only = gc_freeze.freeze_after(update, "the first update", times=1)
+    assert asyncio.run(first_only(3)) == 6 and asyncio.run(first_only(4)) == 8
+    assert frozen == ["build", "the first update"]
+
+    after_await = gc_freeze.freeze_after(awaitable, "awaited")
+    pending = after_await(5)
+    assert frozen == ["build", "the first update"]  # not before the awaitable is done
+    assert asyncio.run(pending) == 4 and frozen[-1] == "awaited"
+
+
+def test_a_failing_call_does_not_freeze(monkeypatch):
+    frozen: list[str] = []
+    monkeypatch.setattr(gc_freeze, "freeze_heap", frozen.append)
+
+    def broken():
+        raise RuntimeError("model build failed")
+
+    with pytest.raises(RuntimeError, match="model build failed"):
+        gc_freeze.freeze_after(broken, "build")()
+    assert frozen == []
+
+
+@pytest.mark.slow
+def test_verls_worker_and_trainers_freeze_through_verl_use_external_modules():
+    # as in every process of a run: `import verl` imports the module, whose patches wait for verl's own modules
+    child = run_child("""
+        import gc, json, types
+        import verl
+        from verl.single_controller.base.decorator import MAGIC_ATTR
+        from verl.workers.engine_workers import ActorRolloutRefWorker
+        from verl.trainer.ppo.v1 import trainer_base, trainer_colocate_async, trainer_separate_async, trainer_sync
+        from verl_ext.gc_freeze import _WRAPPED
+
+        init, update = ActorRolloutRefWorker.init_model, ActorRolloutRefWorker.update_actor
+        facts = {
+            "wrapped": [getattr(f, _WRAPPED, False) for f in (init, update, trainer_base.PPOTrainer.on_train_begin,
+                        trainer_colocate_async.PPOTrainerColocateAsync.on_train_begin,
+                        trainer_separate_async.PPOTrainerSeparateAsync.on_train_begin)],
+            # verl's dispatch settings (@register) survive: the worker group still finds the methods
+            "register": [getattr(f, MAGIC_ATTR) == getattr(f.__wrapped__, MAGIC_ATTR) for f in (init, update)],
+        }
+        trainer = object.__new__(trainer_sync.PPOTrainerSync)  # inherits the base class's on_train_begin
+        trainer.on_train_begin()
+        facts["after_train_begin"] = gc.get_freeze_count()
+        worker = object.__new__(ActorRolloutRefWorker)
+        worker.actor = types.SimpleNamespace(train_mini_batch=lambda data: None)
+        worker.enable_routing_replay = False  # what init_model would have set
+        for _ in range(2):
+            ActorRolloutRefWorker.update_actor(worker, data=None)
+        print(json.dumps(facts))
+    """, VERL_USE_EXTERNAL_MODULES="verl_ext.launch.phase_timer,verl_ext.launch.gc_freeze")  # both wrap update_actor
+    assert child.returncode == 0, child.stderr[-3000:]
+    facts = json.loads(child.stdout.strip().splitlines()[-1])
+    assert facts["wrapped"] == [True] * 5 and facts["register"] == [True, True]
+    assert facts["after_train_begin"] > 100_000  # verl's imports and more
+    lines = [line for line in child.stderr.splitlines() if line.startswith(gc_freeze.MARK)]
+    assert [line.split(":")[0] for line in lines] == [f"{gc_freeze.MARK} after on_train_begin",
+                                                      f"{gc_freeze.MARK} after the first update_actor"], lines
+    from verl_ext.phase_timer import MARK as PHASE_MARK
+    assert child.stdout.count(f"{PHASE_MARK} update ") + child.stderr.count(f"{PHASE_MARK} update ") == 2
+
+
+def test_a_verl_without_the_methods_is_left_alone_and_named(capsys):
+    import types
+
+    module = types.ModuleType("verl.workers.engine_workers")
+    module.ActorRolloutRefWorker = type("ActorRolloutRefWorker", (), {"init_model": lambda self: None})
+    gc_freeze._patch_workers(module)
+    assert getattr(module.ActorRolloutRefWorker.init_model, gc_freeze._WRAPPED)
+    assert "lacks ActorRolloutRefWorker.update_actor; no freeze there" in capsys.readouterr().err
+
+
+def test_train_scripts_freeze_by_default_and_refuse_other_values():
+    assert runtime_env_modules().split(",")[-1] == "verl_ext.launch.gc_freeze"
+    assert "gc_freeze" not in (runtime_env_modules(GC_FREEZE="0") or "")
+    bad = subprocess.run(["bash", str(REPO / "train/scripts/openspiel-ppo.sh"), "--dry-run"],
+                         capture_output=True, text=True, env={**os.environ, "GC_FREEZE": "yes"})
+    assert bad.returncode == 2 and "GC_FREEZE must be one of: 0 1; got 'yes'" in bad.stderr
+
+
+@pytest.mark.slow
+def test_the_bench_counts_full_collections_with_and_without_the_freeze(tmp_path):
+    out = tmp_path / "gc_pause.json"
+    result = subprocess.run([sys.executable, str(REPO / "bench/gc_pause_bench.py"), "--steps", "4", "--layers", "2",
+                             "--out", str(out)], capture_output=True, text=True, timeout=600, cwd=REPO)
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = {row["mode"]: row for row in json.loads(out.read_text())["summary"]}
+    none, frozen = summary["none"], summary["freeze"]
+    assert none["frozen objects"] == 0 and none["tracked objects"] > 100_000
+    assert frozen["frozen objects"] > 0.9 * none["tracked objects"] and frozen["tracked objects"] < 1_000
+    assert "| full collections |" in result.stdout
