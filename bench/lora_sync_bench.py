@@ -6,7 +6,8 @@ base weights to the CPU (``backup_base_model_weights``), merges the adapter into
 (``restore_base_model_weights``). This bench times the whole generator and each of those phases on one rank,
 without Ray or vLLM (the receiving side is not here), and the adapter-only export of ``ROLLOUT_LORA_MERGE=0``
 (``collect_lora_params``). Variants of the backup show what its CPU round trip costs: into pinned host memory,
-and kept on the GPU; last, the whole generator again with ``verl_ext.lora_backup`` (the scripts' default).
+and kept on the GPU; then the whole generator again with ``verl_ext.lora_backup`` (the scripts' default), and
+last with ``verl_ext.lora_merged_sync`` (``LORA_MERGE_SYNC=out_of_place``: merged out of place, no backup).
 
     torchrun --nproc-per-node 1 bench/lora_sync_bench.py --model /tmp/qwen2.5-0.5b-random --out lora_sync.json
     python bench/lora_sync_bench.py --model /path --device cpu --iters 1     # logic check on CPU
@@ -127,6 +128,9 @@ def main(argv: list[str] | None = None) -> int:
     import verl_ext.lora_backup  # noqa: F401  (LORA_MERGE_BACKUP=pinned: reused page-locked buffers)
 
     results["merged_sync_whole_lora_backup"] = timed(whole, device, args.iters)
+    import verl_ext.lora_merged_sync  # noqa: F401  (LORA_MERGE_SYNC=out_of_place: no backup, the module only read)
+
+    results["merged_sync_whole_out_of_place"] = timed(whole, device, args.iters)
     summary = {
         "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
         "torch": torch.__version__,

@@ -8,9 +8,16 @@ on an unwrapped copy; the base weights are the negative control (a sync that sen
 
 from __future__ import annotations
 
+import os
+import subprocess
 import textwrap
+from pathlib import Path
+
+import pytest
 
 from gloo_rank import TRAINED_LORA_QWEN2, run_on_one_rank
+
+REPO = Path(__file__).resolve().parents[1]
 
 SCRIPT = TRAINED_LORA_QWEN2 + textwrap.dedent("""
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
@@ -49,3 +56,70 @@ def test_verl_sends_lora_merged_weights_under_hf_names():
     done = run_on_one_rank(SCRIPT)
     assert done.returncode == 0, done.stderr[-4000:]
     assert "MERGED-SYNC-OK" in done.stdout
+
+
+# LORA_MERGE_SYNC=out_of_place (verl_ext/lora_merged_sync.py): the same names, order and bits as verl's in-place
+# merge, without a write to the module (every parameter's version counter stays where it was)
+OUT_OF_PLACE = TRAINED_LORA_QWEN2 + textwrap.dedent("""
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    import verl.workers.engine.fsdp.transformer_impl as engine_module
+    from verl_ext import lora_merged_sync
+
+    policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32, cast_forward_inputs=True)
+    for layer in model.base_model.model.model.layers:
+        fully_shard(layer, mp_policy=policy)
+    fully_shard(model, mp_policy=policy)
+    engine = types.SimpleNamespace(module=model, _is_offload_param=False)
+    verls = list(lora_merged_sync._VERL_METHOD["method"](engine))
+    versions = {name: param._version for name, param in model.named_parameters()}
+    before = {name: param.detach().to_local().clone() for name, param in model.named_parameters()}
+    ours = list(engine_module.FSDPEngine._merged_lora_per_tensor_param(engine))  # the patched method
+
+    assert [name for name, _ in ours] == [name for name, _ in verls]
+    for (name, mine), (_, theirs) in zip(ours, verls):
+        assert mine.dtype == theirs.dtype and mine.shape == theirs.shape, name
+        assert torch.equal(mine, theirs), (name, (mine.float() - theirs.float()).abs().max())
+        assert torch.allclose(mine.float(), expected[name].float(), atol=2e-2, rtol=2e-2), name
+    assert {name: param._version for name, param in model.named_parameters()} == versions  # never written
+    assert all(torch.equal(param.detach().to_local(), before[name]) for name, param in model.named_parameters())
+    print("OUT-OF-PLACE-OK", len(ours))
+
+    # what it does not cover goes to verl's path (a stand-in here: verl's cannot merge a bias this test has not got)
+    lora_merged_sync._VERL_METHOD["method"] = lambda self: iter([("verl's path", self)])
+    model.base_model.model.model.layers[0].self_attn.q_proj.lora_bias["default"] = True
+    for _ in range(2):
+        assert list(engine_module.FSDPEngine._merged_lora_per_tensor_param(engine)) == [("verl's path", engine)]
+    print("FALLBACK-OK")
+""")
+
+
+def test_out_of_place_merge_sends_verls_bits_without_writing_the_module():
+    done = run_on_one_rank(OUT_OF_PLACE)
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert "OUT-OF-PLACE-OK" in done.stdout and "FALLBACK-OK" in done.stdout
+    said = [line for line in done.stderr.splitlines() if line.startswith("[verl-ext] lora merged sync")]
+    assert said == ["[verl-ext] lora merged sync: verl's in-place merge for this sync: base_model.model.model.layers.0"
+                    ".self_attn.q_proj.base_layer.weight: adapter 'default' has lora_bias"], said  # once
+
+
+@pytest.mark.parametrize("env, expected", [
+    ({}, ["verl_ext.attention", "verl_ext.lora_backup"]),  # in place (verl's), with the pinned backup
+    ({"LORA_MERGE_SYNC": "out_of_place"}, ["verl_ext.attention", "verl_ext.lora_backup", "verl_ext.lora_merged_sync"]),
+    ({"LORA_MERGE_SYNC": "out_of_place", "ROLLOUT_LORA_MERGE": "0"}, "verl_ext.attention"),  # adapter served unmerged
+    ({"LORA_MERGE_SYNC": "out_of_place", "ENABLE_LORA": "0"}, "verl_ext.attention"),  # full fine-tune: no adapter
+])
+def test_scripts_import_it_in_the_workers_for_the_merged_sync_only(env, expected):
+    from test_train_scripts import dry_run, overrides_of
+
+    from verl_ext.launch.preflight import check_ppo, compose
+
+    cfg = compose("ppo_trainer", overrides_of(dry_run("openspiel-ppo.sh", RUN_PROFILE="smoke", **env)))
+    libs = cfg.actor_rollout_ref.model.external_lib
+    assert (list(libs) if not isinstance(libs, str) else libs) == expected
+    assert check_ppo(cfg, check_imports=False) == []
+
+
+def test_scripts_refuse_other_values():
+    done = subprocess.run(["bash", str(REPO / "train/scripts/openspiel-ppo.sh"), "--dry-run"], capture_output=True,
+                          text=True, env={**os.environ, "LORA_MERGE_SYNC": "fast"})
+    assert done.returncode == 2 and "LORA_MERGE_SYNC must be one of: in_place out_of_place; got 'fast'" in done.stderr

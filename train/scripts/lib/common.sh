@@ -196,6 +196,11 @@ grpo_args() {
   # verl's fresh pageable copy every step (no host memory held between steps).
   : "${LORA_MERGE_BACKUP:=pinned}"
   require_choice LORA_MERGE_BACKUP "$LORA_MERGE_BACKUP" pinned verl
+  # How the merged sync computes W + scale x BA: "in_place" is verl's (backup, merge into the trained weights, send,
+  # restore); "out_of_place" sends base + PEFT's delta computed beside the module, which it only reads: the same bits,
+  # no host round trip (verl_ext/lora_merged_sync.py; FSDP1, CPU offload, DoRA and lora_bias stay on verl's path).
+  : "${LORA_MERGE_SYNC:=in_place}"
+  require_choice LORA_MERGE_SYNC "$LORA_MERGE_SYNC" in_place out_of_place
   # vLLM stays resident between rollouts (verl's free_cache_engine=False): no sleep after generation, no wake
   # and KV-cache rebuild before the next. H100, 128 x 8 x 512, with the 64k budget below: step 42.8 -> 33.7 s
   # (generation 27.3 -> 20.9 s) in one session; the actor then trains beside vLLM's GPU_MEMORY_UTILIZATION
@@ -228,6 +233,9 @@ grpo_args() {
   log_prob_flags  # sets remove_padding, fused, external_lib
   if [[ "$ENABLE_LORA" == "1" && "$ROLLOUT_LORA_MERGE" == "1" && "$LORA_MERGE_BACKUP" == pinned ]]; then
     external_lib="${external_lib:+$external_lib,}verl_ext.lora_backup"
+  fi
+  if [[ "$ENABLE_LORA" == "1" && "$ROLLOUT_LORA_MERGE" == "1" && "$LORA_MERGE_SYNC" == out_of_place ]]; then
+    external_lib="${external_lib:+$external_lib,}verl_ext.lora_merged_sync"
   fi
   [[ "$external_lib" == *,* ]] && external_lib="[$external_lib]"
   # Tokens per micro batch (at least one whole sequence). Packed micro batches do not pay for padding, so a
