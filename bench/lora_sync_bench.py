@@ -49,14 +49,19 @@ def timed(fn: Callable[[], object], device: torch.device, iters: int) -> dict[st
     return {"median_s": round(statistics.median(runs), 4), "runs_s": [round(r, 4) for r in runs]}
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The bench's flags (also read by tests/test_speed_session.py for a plan's `bench lora_sync_bench` line)."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", required=True, help="Hugging Face model dir (e.g. verl_ext.tiny_model output)")
     parser.add_argument("--lora-rank", type=int, default=32)
     parser.add_argument("--iters", type=int, default=5)
     parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     parser.add_argument("--out", help="JSON file for the results")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
 
     from verl.utils.fsdp_utils import (
         _clean_merged_lora_,

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 
-from gloo_rank import TRAINED_LORA_QWEN2, run_on_one_rank
+from gloo_rank import TRAINED_LORA_QWEN2, free_port, run_on_one_rank
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -123,3 +124,56 @@ def test_scripts_refuse_other_values():
     done = subprocess.run(["bash", str(REPO / "train/scripts/openspiel-ppo.sh"), "--dry-run"], capture_output=True,
                           text=True, env={**os.environ, "LORA_MERGE_SYNC": "fast"})
     assert done.returncode == 2 and "LORA_MERGE_SYNC must be one of: in_place out_of_place; got 'fast'" in done.stderr
+
+
+# Two gloo ranks, each holding half of every weight (FSDP2's Shard(0)): the delta is PEFT's matmul on DTensors and
+# every tensor is gathered in the same order on both ranks, so both ranks must send verl's bits.
+TWO_RANKS = textwrap.dedent("""
+    import os, sys, types, torch, torch.distributed as dist, torch.multiprocessing as mp
+
+    def rank_main(rank, port):
+        from peft import LoraConfig, get_peft_model
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+        from transformers import Qwen2Config, Qwen2ForCausalLM
+        import verl.workers.engine.fsdp.transformer_impl as engine_module
+        from verl_ext import lora_merged_sync
+
+        engine_module.get_device_id = lambda: "cpu"
+        engine_module.log_gpu_memory_usage = lambda *args, **kwargs: None
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
+        dist.init_process_group("gloo", rank=rank, world_size=2)
+        torch.manual_seed(0)  # the same model on both ranks before sharding
+        config = Qwen2Config(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                             num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=False)
+        model = get_peft_model(Qwen2ForCausalLM(config), LoraConfig(r=4, lora_alpha=8, target_modules="all-linear"))
+        with torch.no_grad():
+            for name, param in model.named_parameters():
+                if "lora_B" in name:
+                    param.normal_(0, 0.5)
+        policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+        for layer in model.base_model.model.model.layers:
+            fully_shard(layer, mp_policy=policy)
+        fully_shard(model, mp_policy=policy)
+        shards = {param.to_local().shape[0] for param in model.parameters()}
+        engine = types.SimpleNamespace(module=model, _is_offload_param=False)
+        verls = list(lora_merged_sync._VERL_METHOD["method"](engine))
+        ours = list(engine_module.FSDPEngine._merged_lora_per_tensor_param(engine))
+        assert [n for n, _ in ours] == [n for n, _ in verls]
+        assert all(torch.equal(a, b) for (_, a), (_, b) in zip(ours, verls))
+        assert ours[0][1].shape[0] == 64 and 32 in shards  # whole tensors sent, halves held
+        if rank == 0:
+            print("TWO-RANKS-OK", len(ours), flush=True)
+        dist.destroy_process_group()
+
+    if __name__ == "__main__":
+        mp.spawn(rank_main, args=(sys.argv[-1],), nprocs=2)
+""")
+
+
+def test_out_of_place_merge_matches_verl_with_weights_sharded_over_two_ranks(tmp_path):
+    script = tmp_path / "two_ranks.py"  # mp.spawn pickles rank_main by reference: it must live in a file
+    script.write_text(TWO_RANKS)
+    done = subprocess.run([sys.executable, str(script), free_port()], capture_output=True, text=True, timeout=600,
+                          cwd=REPO)
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert "TWO-RANKS-OK" in done.stdout
