@@ -72,6 +72,11 @@ run_trl() {
   PYTHONPATH="${TRL_PYTHONPATH:+$TRL_PYTHONPATH:}${PYTHONPATH:-}" "$PYTHON" bench/trl_grpo.py --model "$MODEL_PATH" --data "$dir/train.parquet" --prompts "$prompts" \
     --samples "$samples" --max-new-tokens "$tokens" --steps "$steps" --micro-batch "$micro" \
     --work-dir "$dir/trl_work" --out "$dir/trl.json" "$@" 2>&1 | tee "$dir/trl.log"
+  # the next TRL run of a session overwrites trl.json (what `compare` reads): keep each run under its own name too
+  local stamp
+  stamp="$(date -u +%Y%m%dT%H%M%S)"
+  if [[ -f "$dir/trl.json" ]]; then cp "$dir/trl.json" "$dir/trl.$stamp.json"; fi
+  cp "$dir/trl.log" "$dir/trl.$stamp.log"
 }
 
 # vLLM offline on the same model, prompts, n, temperature, max tokens and GPU memory share as ours

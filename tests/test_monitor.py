@@ -72,15 +72,23 @@ def test_a_window_can_be_given_and_bad_input_is_named(tmp_path, capsys):
     assert "no top.txt" in capsys.readouterr().err
 
 
-def test_monitor_samples_until_it_is_stopped(tmp_path):
-    monitor = subprocess.Popen(["bash", str(REPO / "bench" / "monitor.sh"), str(tmp_path)], start_new_session=True)
+def sample_frames(directory, at_least: int) -> None:
+    """Run bench/monitor.sh on ``directory`` until top.txt holds ``at_least`` frames, then stop it."""
+    monitor = subprocess.Popen(["bash", str(REPO / "bench" / "monitor.sh"), str(directory)], start_new_session=True)
     try:
         deadline = time.monotonic() + 15
-        top = tmp_path / "top.txt"
-        while time.monotonic() < deadline and (not top.exists() or top.read_text().count("top - ") < 3):
+        top = directory / "top.txt"
+        while time.monotonic() < deadline and (not top.exists() or top.read_text().count("top - ") < at_least):
             time.sleep(0.2)
     finally:
         os.killpg(monitor.pid, signal.SIGTERM)
         monitor.wait(timeout=10)
+
+
+def test_monitor_samples_until_it_is_stopped_and_a_second_run_appends(tmp_path):
+    sample_frames(tmp_path, 3)
     frames = monitor_summary.read_top(tmp_path / "top.txt", monitor_summary.datetime.now())
     assert len(frames) >= 2 and any(frame.cpu_by_process for frame in frames)
+    sample_frames(tmp_path, len(frames) + 3)  # a second job of the same session keeps the first's samples
+    again = monitor_summary.read_top(tmp_path / "top.txt", monitor_summary.datetime.now())
+    assert len(again) >= len(frames) + 2 and again[:len(frames)] == frames

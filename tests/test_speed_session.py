@@ -9,6 +9,8 @@ import re
 import shlex
 import subprocess
 import sys
+import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -344,3 +346,28 @@ def tiny_qwen2():
     return Qwen2ForCausalLM(Qwen2Config(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                                         num_attention_heads=4, num_key_value_heads=2, vocab_size=128,
                                         tie_word_embeddings=True))
+
+
+def test_each_trl_run_is_kept_under_its_own_name(tmp_path):
+    # trl.json is what `compare` reads and the next TRL run overwrites it: each run is also copied aside
+    shim = tmp_path / "python"
+    shim.write_text(textwrap.dedent(f"""\
+        #!/usr/bin/env bash
+        if [[ "$1" == bench/trl_grpo.py ]]; then  # TRL itself: write the result file it was given
+          while [[ $# -gt 0 ]]; do if [[ "$1" == --out ]]; then echo '{{"run": "'$$'"}}' > "$2"; fi; shift; done
+          echo "trl ran"; exit 0
+        fi
+        exec {sys.executable} "$@"
+    """))
+    shim.chmod(0o755)
+    env = {**os.environ, "OUT": str(tmp_path / "out"), "PYTHON": str(shim), "MODEL_PATH": "unused", "STEPS": "2"}
+    for _ in range(2):
+        done = subprocess.run(["bash", "bench/train_speed.sh", "smoke", "trl"], cwd=REPO, env=env,
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+        time.sleep(1.1)  # the copies are stamped to the second
+    load = tmp_path / "out" / "smoke"
+    kept = sorted(load.glob("trl.2*.json"))
+    assert len(kept) == 2 and len(sorted(load.glob("trl.2*.log"))) == 2
+    runs = [json.loads(path.read_text())["run"] for path in kept]
+    assert runs[0] != runs[1] and json.loads((load / "trl.json").read_text())["run"] == runs[1]
