@@ -105,6 +105,14 @@ def test_verls_worker_and_trainers_freeze_through_verl_use_external_modules():
             # verl's dispatch settings (@register) survive: the worker group still finds the methods
             "register": [getattr(f, MAGIC_ATTR) == getattr(f.__wrapped__, MAGIC_ATTR) for f in (init, update)],
         }
+        # verl's colocated worker group binds the methods it finds by their dispatch settings, sync or async
+        from verl.single_controller.ray.base import _bind_workers_method_to_parent
+        import inspect
+        fused = type("WorkerDict", (), {})
+        _bind_workers_method_to_parent(fused, "actor_rollout", ActorRolloutRefWorker)
+        bound = [getattr(fused, f"actor_rollout_{name}") for name in ("init_model", "update_actor")]
+        facts["bound"] = [getattr(f, MAGIC_ATTR) == getattr(g, MAGIC_ATTR) and not inspect.iscoroutinefunction(f)
+                          for f, g in zip(bound, (init, update))]
         trainer = object.__new__(trainer_sync.PPOTrainerSync)  # inherits the base class's on_train_begin
         trainer.on_train_begin()
         facts["after_train_begin"] = gc.get_freeze_count()
@@ -117,7 +125,7 @@ def test_verls_worker_and_trainers_freeze_through_verl_use_external_modules():
     """, VERL_USE_EXTERNAL_MODULES="verl_ext.launch.phase_timer,verl_ext.launch.gc_freeze")  # both wrap update_actor
     assert child.returncode == 0, child.stderr[-3000:]
     facts = json.loads(child.stdout.strip().splitlines()[-1])
-    assert facts["wrapped"] == [True] * 5 and facts["register"] == [True, True]
+    assert facts["wrapped"] == [True] * 5 and facts["register"] == [True, True] and facts["bound"] == [True, True]
     assert facts["after_train_begin"] > 100_000  # verl's imports and more
     lines = [line for line in child.stderr.splitlines() if line.startswith(gc_freeze.MARK)]
     assert [line.split(":")[0] for line in lines] == [f"{gc_freeze.MARK} after on_train_begin",
