@@ -4,7 +4,9 @@ and our generation phase against its ceiling, vLLM's offline LLM.generate (bench
     python bench/compare_speed.py --ours ours.json [--trl trl.json] [--vllm vllm.json] --load "16 x 4 x 64" \
         --out compare.md
 
-Every number is the median over steps 2..N (step 1 carries one-off warm-up such as CUDA graph capture); the
+Every number is the median over steps 2..N (step 1 carries one-off warm-up such as CUDA graph capture), except the
+step's mean and slowest step over the same steps (pauses that hit a few steps, such as Python's full garbage
+collections, move the mean and not the median); the
 vLLM column is the median over its generate calls 2..N. Completions differ in length between runs (random
 sampling, different weights), so the note under the table also compares time per generated token.
 """
@@ -25,6 +27,16 @@ def _median(steps: list[Row], pick: Callable[[Row], float | None]) -> float | No
     return statistics.median(values) if values else None
 
 
+def _mean(steps: list[Row], pick: Callable[[Row], float | None]) -> float | None:
+    values = [v for v in (pick(s) for s in steps[1:] or steps) if v is not None]
+    return statistics.fmean(values) if values else None
+
+
+def _max(steps: list[Row], pick: Callable[[Row], float | None]) -> float | None:
+    values = [v for v in (pick(s) for s in steps[1:] or steps) if v is not None]
+    return max(values) if values else None
+
+
 def _sum(row: Row, *keys: str) -> float | None:
     values = [row[k] for k in keys if k in row]
     return sum(values) if values else None
@@ -33,6 +45,8 @@ def _sum(row: Row, *keys: str) -> float | None:
 def ours_columns(steps: list[Row]) -> dict[str, float | None]:
     return {
         "step s": _median(steps, lambda r: r.get("timing_s/step")),
+        "step s (mean)": _mean(steps, lambda r: r.get("timing_s/step")),
+        "step s (slowest)": _max(steps, lambda r: r.get("timing_s/step")),
         "generation s": _median(steps, lambda r: r.get("timing_s/gen")),
         "reward s (ours, serial sum)": _median(steps, lambda r: (r["verl_ext/reward_ms_sum"] / 1000.0
                                                                  if "verl_ext/reward_ms_sum" in r else None)),
@@ -62,6 +76,8 @@ def trl_columns(steps: list[Row]) -> dict[str, float | None]:
 
     return {
         "step s": _median(steps, lambda r: r.get("timing_s/step")),
+        "step s (mean)": _mean(steps, lambda r: r.get("timing_s/step")),
+        "step s (slowest)": _max(steps, lambda r: r.get("timing_s/step")),
         "generation s": _median(steps, lambda r: r.get("trl_timer_s/vLLM.generate")),
         "reward s (ours, serial sum)": _median(steps, lambda r: r.get("trl_timer_s/_calculate_rewards")),
         "log-prob passes s": _median(steps, logprobs),
@@ -103,7 +119,8 @@ def table(ours: dict[str, Any], trl: dict[str, Any] | None, load: str, vllm: dic
         header, rule = header + " TRL GRPOTrainer | ours / TRL |", rule + "---:|---:|"
     if vllm:
         header, rule = header + " vLLM offline (ceiling) | ours / vLLM |", rule + "---:|---:|"
-    lines = [f"Load: {load}; {', '.join(runs)} (medians over steps 2..N)", "", header, rule]
+    lines = [f"Load: {load}; {', '.join(runs)} (medians over steps 2..N unless the row says otherwise)", "",
+             header, rule]
     for key in a:
         cells = [fmt(a[key])]
         if trl:

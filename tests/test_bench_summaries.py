@@ -163,3 +163,12 @@ def test_speed_table_has_a_start_up_row_when_either_side_measured_one(tmp_path):
     with pytest.raises(SystemExit):
         compare_speed.main(["--ours", str(tmp_path / "ours.json"), "--ours-startup", str(tmp_path / "nope.json"),
                             "--out", str(out)])
+
+
+def test_speed_table_shows_the_pauses_a_median_hides():
+    # one step of four paused (e.g. a full garbage collection): the median stays, the mean and the slowest show it
+    steps = [{"timing_s/step": 20.0}, *[{"timing_s/step": s} for s in (1.0, 1.0, 1.0, 1.8)]]
+    text = compare_speed.table({"steps": steps}, {"steps": steps}, "16 x 4 x 64")
+    assert "| step s | 1 | 1 | 1.00 |" in text
+    assert "| step s (mean) | 1.2 | 1.2 | 1.00 |" in text
+    assert "| step s (slowest) | 1.8 | 1.8 | 1.00 |" in text
