@@ -12,8 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from bench_scripts import load_bench_script
 from test_train_scripts import runtime_env_modules
 from verl_ext import gc_freeze
+
+gc_pauses = load_bench_script("gc_pauses")
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -163,3 +166,50 @@ def test_the_bench_counts_full_collections_with_and_without_the_freeze(tmp_path)
     assert none["frozen objects"] == 0 and none["tracked objects"] > 100_000
     assert frozen["frozen objects"] > 0.9 * none["tracked objects"] and frozen["tracked objects"] < 1_000
     assert "| full collections |" in result.stdout
+
+
+def test_long_collections_are_reported_and_the_freezes_own_are_not():
+    child = run_child("""
+        import gc
+        from verl_ext import gc_freeze
+        gc_freeze.PAUSE_LOG_S = 0.0  # report every collection
+        gc_freeze.watch_pauses()
+        gc_freeze.watch_pauses()  # once
+        gc.collect(2)
+        gc_freeze.freeze_heap("the test")  # its own three collections are not pauses of the run
+        gc.collect(1)
+        gc.callbacks.clear()  # not the interpreter's own collection at exit
+    """)
+    assert child.returncode == 0, child.stderr
+    pauses = [line for line in child.stderr.splitlines() if line.startswith(gc_freeze.PAUSE_MARK)]
+    assert [line.split(",")[0] for line in pauses] == [f"{gc_freeze.PAUSE_MARK}: generation 2",
+                                                        f"{gc_freeze.PAUSE_MARK}: generation 1"], child.stderr
+
+
+def test_gc_watch_alone_reports_without_freezing():
+    child = run_child("""
+        import gc, verl
+        from verl_ext import gc_freeze
+        print(gc_freeze._on_collection in gc.callbacks, gc.get_freeze_count())
+    """, VERL_USE_EXTERNAL_MODULES="verl_ext.launch.gc_watch")
+    assert child.returncode == 0, child.stderr[-2000:]
+    assert child.stdout.split()[-2:] == ["True", "0"]
+
+
+def test_the_pause_table_counts_each_process_from_a_console_log(tmp_path):
+    import gzip
+
+    esc = "\x1b"
+    log = tmp_path / "console.log.gz"
+    with gzip.open(log, "wt") as out:
+        out.write(f"12:00 | {esc}[36m(WorkerDict pid=2322){esc}[0m {gc_freeze.PAUSE_MARK}: generation 2, 0.412 s, 3 collected\n"
+                  f"(AgentLoopWorkerTQ pid=77, ip=10.0.0.2) {gc_freeze.PAUSE_MARK}: generation 1, 0.060 s, 0 collected\n"
+                  f"{gc_freeze.PAUSE_MARK}: generation 2, 0.100 s, 9 collected\n"
+                  f"(WorkerDict pid=2322) {gc_freeze.PAUSE_MARK}: generation 2, 0.300 s, 1 collected\n"
+                  "an unrelated line\n")
+    pauses = gc_pauses.read_pauses(log)
+    assert pauses == [("WorkerDict pid=2322", 2, 0.412), ("AgentLoopWorkerTQ pid=77", 1, 0.06), ("driver", 2, 0.1),
+                      ("WorkerDict pid=2322", 2, 0.3)]
+    text = gc_pauses.table(pauses)
+    assert text.splitlines()[2] == "| WorkerDict pid=2322 | 2 | 2 | 0.712 | 0.412 |"
+    assert "| (no pause" in gc_pauses.table([])

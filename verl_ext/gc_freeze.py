@@ -15,6 +15,11 @@ reference counting; only a reference cycle among them is never collected.
   - the trainer's process when training begins (``on_train_begin`` of verl's v1 trainers).
 Each freeze prints one line (``[verl-ext] gc freeze ...``) with the objects frozen and the time it took.
 Load it with ``VERL_USE_EXTERNAL_MODULES=verl_ext.launch.gc_freeze`` (the train scripts do unless ``GC_FREEZE=0``).
+
+``watch_pauses()`` (also started by ``install()``; alone: ``verl_ext.launch.gc_watch``) prints one line for each
+collection of the process that takes ``PAUSE_LOG_S`` or longer (``[verl-ext] gc pause: generation 2, 0.312 s``);
+Ray forwards it to the driver's console under the process's name, and ``bench/gc_pauses.py`` tabulates them, so a
+run shows which of its processes pause and how long.
 """
 
 from __future__ import annotations
@@ -39,15 +44,25 @@ TRAINERS = (
     ("verl.trainer.ppo.v1.trainer_separate_async", "PPOTrainerSeparateAsync"),
 )
 _WRAPPED = "_verl_ext_gc_freeze"
+PAUSE_MARK = "[verl-ext] gc pause"
+PAUSE_LOG_S = 0.05  # a collection this long shows in a step's time (the smoke step is ~1 s)
+_pause_started: list[float] = []
 
 
 def freeze_heap(reason: str) -> int:
     """Collect every generation, then freeze what is left; print and return the number of objects frozen."""
     started = time.perf_counter()
-    for generation in (0, 1, 2):  # vLLM's order: young objects are pushed down before the freeze
-        gc.collect(generation)
-    before = gc.get_freeze_count()
-    gc.freeze()
+    watching = _on_collection in gc.callbacks
+    if watching:  # these collections are the freeze's own, not pauses of the run
+        gc.callbacks.remove(_on_collection)
+    try:
+        for generation in (0, 1, 2):  # vLLM's order: young objects are pushed down before the freeze
+            gc.collect(generation)
+        before = gc.get_freeze_count()
+        gc.freeze()
+    finally:
+        if watching:
+            gc.callbacks.append(_on_collection)
     frozen = gc.get_freeze_count() - before
     print(f"{MARK} after {reason}: {frozen:,} objects frozen ({gc.get_freeze_count():,} in all), "
           f"{time.perf_counter() - started:.2f} s", file=sys.stderr, flush=True)
@@ -120,8 +135,26 @@ def _patch_trainer(class_name: str) -> Callable[[ModuleType], None]:
     return patch
 
 
+def _on_collection(phase: str, info: dict[str, int]) -> None:
+    if phase == "start":
+        _pause_started[:] = [time.perf_counter()]
+    elif _pause_started:
+        seconds = time.perf_counter() - _pause_started.pop()
+        if seconds >= PAUSE_LOG_S:
+            print(f"{PAUSE_MARK}: generation {info.get('generation', '?')}, {seconds:.3f} s, "
+                  f"{info.get('collected', 0):,} collected", file=sys.stderr, flush=True)
+
+
+def watch_pauses() -> None:
+    """Print a line for each garbage collection of this process that takes ``PAUSE_LOG_S`` or longer (idempotent)."""
+    if _on_collection not in gc.callbacks:
+        gc.callbacks.append(_on_collection)
+
+
 def install() -> None:
-    """Freeze the heap at the points above in this process, once verl imports the modules that hold them."""
+    """Freeze the heap at the points above in this process, once verl imports the modules that hold them; report
+    long collections."""
+    watch_pauses()
     after_import(WORKERS_MODULE, _patch_workers)
     for module_name, class_name in TRAINERS:
         after_import(module_name, _patch_trainer(class_name))
