@@ -8,7 +8,7 @@
 # args: hydra overrides for ours (and all); bench/trl_grpo.py flags for trl (e.g. --no-gradient-checkpointing);
 # bench/vllm_offline.py flags for vllm (e.g. --max-num-seqs 256
 # --out "$OUT/realistic/vllm_256.json": the last --out wins).
-# Results: $OUT/<load>/{ours.json,startup.{json,md},trl.json,vllm.json,compare.md} (OUT: outputs/train_speed).
+# Results: $OUT/<load>/{ours.json,startup.{json,md},gc_pauses.md,trl.json,vllm.json,compare.md} (OUT: outputs/train_speed).
 # OURS_LABEL=name puts our run's files and its compare.md in $OUT/<load>/name/ (TRL's and the ceiling's stay in
 # $OUT/<load>/): several settings of ours against one TRL run and one ceiling.
 set -euo pipefail
@@ -57,6 +57,8 @@ startup() {
   local sample_log=()
   if [[ -f "$ours_dir/verl_samples.jsonl" ]]; then sample_log=(--samples "$ours_dir/verl_samples.jsonl"); fi
   "$PYTHON" bench/startup_breakdown.py "$log" ${sample_log[@]+"${sample_log[@]}"} --out "$ours_dir/startup.json"
+  # which processes paused for Python's garbage collector, and how long (GC_FREEZE / gc_watch lines)
+  "$PYTHON" bench/gc_pauses.py "$log" --out "$ours_dir/gc_pauses.md" > /dev/null
 }
 
 # The load's prompts as verl-ext export writes them (TRL and the vLLM ceiling read the same parquet)
