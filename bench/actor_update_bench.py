@@ -74,6 +74,7 @@ class Result:
     median_s: float
     tokens_per_s: float
     peak_memory_gb: float
+    cpu_ops: int = 0  # aten ops the CPU dispatches for one step: what a CPU-bound step's time follows
     error: str = ""
 
 
@@ -177,7 +178,8 @@ def run_variant(name: str, args: argparse.Namespace, device: torch.device) -> Re
                 times.append(time.perf_counter() - start)
         peak = torch.cuda.max_memory_allocated() / 2**30 if device.type == "cuda" else 0.0
         median = statistics.median(times)
-        result = Result(name, sum(lengths), len(lengths), median, sum(lengths) / median, peak)
+        result = Result(name, sum(lengths), len(lengths), median, sum(lengths) / median, peak,
+                        cpu_ops=count_cpu_ops(model, optimizer, batch, autocast))
         if args.profile == name:
             profile_step(model, optimizer, batch, autocast, args.profile_out)
     except Exception as exc:  # a variant that cannot run here (e.g. flex attention) is reported, not fatal
@@ -212,6 +214,15 @@ def check_varlen(args: argparse.Namespace, device: torch.device) -> dict[str, fl
     diff = (log_probs["torch_varlen"] - log_probs["sdpa"]).abs()
     return {"tokens": sum(lengths), "max_abs_logprob_diff": diff.max().item(),
             "mean_abs_logprob_diff": diff.mean().item()}
+
+
+def count_cpu_ops(model, optimizer, batch, autocast: bool) -> int:
+    """The aten ops one more step dispatches (CPU side, under the profiler; its time is not counted)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        train_step(model, optimizer, batch, autocast)
+    return sum(event.count for event in prof.key_averages() if event.key.startswith("aten::"))
 
 
 def profile_step(model, optimizer, batch, autocast: bool, out_path: str) -> None:

@@ -101,6 +101,9 @@ def test_actor_update_bench_runs_each_variant_on_cpu(tmp_path, monkeypatch):
     check = summary["varlen_check"]
     assert check["tokens"] <= 96 and check["max_abs_logprob_diff"] < 0.05
     assert all(r["error"] == "" and r["median_s"] > 0 and r["tokens"] <= 96 for r in results)
+    ops = {r["variant"]: r["cpu_ops"] for r in results}
+    assert all(count > 100 for count in ops.values())
+    assert ops["packed_varlen_root_only"] < ops["packed_varlen"]  # one FSDP unit: no per-layer hooks
     assert "Name" in (tmp_path / "profile.txt").read_text()
 
 
