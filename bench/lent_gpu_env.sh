@@ -180,6 +180,8 @@ session_pack() {
   local dir="$1" archive="$2"
   mkdir -p "$(dirname "$archive")"
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$dir/gpu.txt" 2>&1 || true
+  # a session script's own summary of what it has so far (speed_session.sh: session.md), never fatal
+  if declare -F session_summary > /dev/null; then session_summary "$dir" || true; fi
   tar czf "$archive" -C "$dir" --exclude='*.safetensors' --exclude='*.pt' --exclude='*.parquet' \
     --exclude=checkpoints --exclude=trl_work --exclude=code --exclude=merged .
   ls -la "$archive"

@@ -140,4 +140,10 @@ step_run() {
   for line in "${PLAN[@]}"; do session_step "$SPEED_DIR" "$line" "$(command_of "$line")"; done
 }
 
+# Packed with the session (every `wait` and `pack`): all runs of ours and TRL so far in one table, each against the
+# TRL run closest before it (bench/session_table.py)
+session_summary() {
+  "${PYTHON:-python3}" bench/session_table.py "$1" --out "$1/session.md" > /dev/null 2>&1
+}
+
 session_main bench/speed_session.sh "$SPEED_DIR" "$OUT/speed.tgz" "$@"

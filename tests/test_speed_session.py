@@ -262,14 +262,18 @@ def test_wait_packs_what_the_session_has_so_far(tmp_path):
     speed_dir, out = tmp_path / "speed", tmp_path / "out"
     (speed_dir / "realistic" / "defaults").mkdir(parents=True)
     (speed_dir / "realistic" / "defaults" / "compare.md").write_text("| step s | 45.4 |")
+    (speed_dir / "realistic" / "defaults" / "ours.json").write_text(
+        json.dumps({"steps": [{"timing_s/step": 60.0}, {"timing_s/step": 45.4}]}))
     (speed_dir / "session.txt").write_text("2026-11-25 04:25:33 realistic ours 3 defaults: ok, 268 s\n")
     (speed_dir / "detached.log").write_text("done\n")
     (speed_dir / "detached.pid").write_text("999999999")  # no such process: the job has ended
-    waited = session("wait", "1", SPEED_DIR=str(speed_dir), OUT=str(out))
+    waited = session("wait", "1", SPEED_DIR=str(speed_dir), OUT=str(out), PYTHON=sys.executable)
     assert waited.returncode == 0, waited.stderr
     assert "wait: ended" in waited.stdout and "wait: packed " in waited.stdout
     listing = subprocess.run(["tar", "tzf", str(out / "speed.tgz")], capture_output=True, text=True).stdout
     assert "./realistic/defaults/compare.md" in listing.splitlines() and "./session.txt" in listing.splitlines()
+    assert "./session.md" in listing.splitlines()  # the session's table so far (bench/session_table.py)
+    assert "| defaults |  | 45.4 |" in (speed_dir / "session.md").read_text()
 
 
 def test_machine_facts_count_the_sites_bytecode_and_time_an_import(tmp_path):
