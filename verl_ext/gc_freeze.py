@@ -24,14 +24,13 @@ run shows which of its processes pause and how long.
 
 from __future__ import annotations
 
-import functools
 import gc
-import inspect
 import sys
 import time
 from types import ModuleType
 from typing import Any, Callable
 
+from verl_ext.call_hooks import around_calls, timed_collections
 from verl_ext.import_hook import after_import
 
 MARK = "[verl-ext] gc freeze"
@@ -46,7 +45,6 @@ TRAINERS = (
 _WRAPPED = "_verl_ext_gc_freeze"
 PAUSE_MARK = "[verl-ext] gc pause"
 PAUSE_LOG_S = 0.05  # a collection this long shows in a step's time (the smoke step is ~1 s)
-_pause_started: list[float] = []
 
 
 def freeze_heap(reason: str) -> int:
@@ -76,33 +74,13 @@ def freeze_after(function: Callable[..., Any], reason: str, times: int | None = 
         return function
     calls = {"left": times}
 
-    def freeze() -> None:
-        if calls["left"] is None or calls["left"] > 0:
+    def freeze(_: None, returned: bool) -> None:
+        if returned and (calls["left"] is None or calls["left"] > 0):
             if calls["left"] is not None:
                 calls["left"] -= 1
             freeze_heap(reason)
 
-    if inspect.iscoroutinefunction(function):
-        @functools.wraps(function)
-        async def freezing_async(*args: Any, **kwargs: Any) -> Any:
-            result = await function(*args, **kwargs)
-            freeze()
-            return result
-        wrapper: Callable[..., Any] = freezing_async
-    else:
-        async def awaited(result: Any) -> Any:
-            value = await result
-            freeze()
-            return value
-
-        @functools.wraps(function)
-        def freezing(*args: Any, **kwargs: Any) -> Any:
-            result = function(*args, **kwargs)
-            if inspect.isawaitable(result):  # an async method behind a plain decorator
-                return awaited(result)
-            freeze()
-            return result
-        wrapper = freezing
+    wrapper = around_calls(function, lambda: None, freeze)
     setattr(wrapper, _WRAPPED, True)
     return wrapper
 
@@ -135,14 +113,13 @@ def _patch_trainer(class_name: str) -> Callable[[ModuleType], None]:
     return patch
 
 
-def _on_collection(phase: str, info: dict[str, int]) -> None:
-    if phase == "start":
-        _pause_started[:] = [time.perf_counter()]
-    elif _pause_started:
-        seconds = time.perf_counter() - _pause_started.pop()
-        if seconds >= PAUSE_LOG_S:
-            print(f"{PAUSE_MARK}: generation {info.get('generation', '?')}, {seconds:.3f} s, "
-                  f"{info.get('collected', 0):,} collected", file=sys.stderr, flush=True)
+def _report_pause(info: dict[str, int], seconds: float) -> None:
+    if seconds >= PAUSE_LOG_S:
+        print(f"{PAUSE_MARK}: generation {info.get('generation', '?')}, {seconds:.3f} s, "
+              f"{info.get('collected', 0):,} collected", file=sys.stderr, flush=True)
+
+
+_on_collection = timed_collections(_report_pause)
 
 
 def watch_pauses() -> None:

@@ -20,9 +20,7 @@ Load it in every process that imports verl with ``VERL_USE_EXTERNAL_MODULES=verl
 
 from __future__ import annotations
 
-import functools
 import gc
-import inspect
 import json
 import sys
 import time
@@ -30,6 +28,7 @@ from collections import defaultdict
 from types import ModuleType
 from typing import Any, Callable
 
+from verl_ext.call_hooks import around_calls, timed_collections
 from verl_ext.import_hook import after_import
 
 MARK = "[verl-ext] phase times"
@@ -70,6 +69,7 @@ class PhaseClock:
     def __init__(self, synchronize: Callable[[], None] | None = None) -> None:
         self.totals: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
         self.synchronize = synchronize
+        self._on_gc = timed_collections(self._count_collection)
 
     def start(self) -> float:
         self._sync()
@@ -94,14 +94,10 @@ class PhaseClock:
         if self._on_gc not in gc.callbacks:
             gc.callbacks.append(self._on_gc)
 
-    def _on_gc(self, event: str, info: dict[str, int]) -> None:
-        if event == "start":
-            self._gc_started = time.perf_counter()
-        elif getattr(self, "_gc_started", None) is not None:
-            total = self.totals[f"gc_gen{info.get('generation', '?')}"]
-            total[0] += time.perf_counter() - self._gc_started
-            total[1] += 1
-            self._gc_started = None
+    def _count_collection(self, info: dict[str, int], seconds: float) -> None:
+        total = self.totals[f"gc_gen{info.get('generation', '?')}"]
+        total[0] += seconds
+        total[1] += 1
 
     def _sync(self) -> None:
         if self.synchronize is not None:
@@ -116,42 +112,12 @@ def timed(function: Callable[..., Any], phase: str, report: str = "", clock: Pha
     if getattr(function, _WRAPPED, False):
         return function
 
-    if inspect.iscoroutinefunction(function):
-        @functools.wraps(function)
-        async def timed_async(*args: Any, **kwargs: Any) -> Any:
-            started = clock.start()
-            try:
-                return await function(*args, **kwargs)
-            finally:
-                clock.stop(phase, started)
-                if report:
-                    clock.report(report)
-        wrapper: Callable[..., Any] = timed_async
-    else:
-        def finish(started: float) -> None:
-            clock.stop(phase, started)
-            if report:
-                clock.report(report)
+    def finish(started: float, returned: bool) -> None:  # also when the call raised
+        clock.stop(phase, started)
+        if report:
+            clock.report(report)
 
-        async def awaited(result: Any, started: float) -> Any:
-            try:
-                return await result
-            finally:
-                finish(started)
-
-        @functools.wraps(function)
-        def timed_call(*args: Any, **kwargs: Any) -> Any:
-            started = clock.start()
-            try:
-                result = function(*args, **kwargs)
-            except BaseException:
-                finish(started)
-                raise
-            if inspect.isawaitable(result):  # an async method behind a plain decorator (torch.no_grad)
-                return awaited(result, started)
-            finish(started)
-            return result
-        wrapper = timed_call
+    wrapper = around_calls(function, clock.start, finish)
     setattr(wrapper, _WRAPPED, True)
     return wrapper
 
