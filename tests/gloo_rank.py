@@ -9,9 +9,22 @@ import subprocess
 import sys
 import textwrap
 
-# One gloo rank, verl's FSDP engine told that the "device" is the CPU, and a tiny Qwen2 with a trained LoRA
-# adapter on every linear (lora_B starts at zero, which would make any merge a no-op). Leaves `model` (the PEFT
-# model, unwrapped) and `expected` (PEFT's own merge_and_unload state dict) for the script that follows.
+# A tiny Qwen2 with a trained LoRA adapter on every linear (lora_B starts at zero, which would make any merge a
+# no-op), the same on every rank (seeded). Needs torch, peft's LoraConfig/get_peft_model and transformers'
+# Qwen2Config/Qwen2ForCausalLM imported; leaves `model` (the PEFT model, unwrapped).
+TRAINED_LORA_MODEL = textwrap.dedent("""
+    torch.manual_seed(0)
+    config = Qwen2Config(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=False)
+    model = get_peft_model(Qwen2ForCausalLM(config), LoraConfig(r=4, lora_alpha=8, target_modules="all-linear"))
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "lora_B" in name:
+                param.normal_(0, 0.5)
+""")
+
+# One gloo rank, verl's FSDP engine told that the "device" is the CPU, and TRAINED_LORA_MODEL. Leaves `model` and
+# `expected` (PEFT's own merge_and_unload state dict) for the script that follows.
 TRAINED_LORA_QWEN2 = textwrap.dedent("""
     import copy, os, sys, types, torch, torch.distributed as dist
     from peft import LoraConfig, get_peft_model
@@ -22,17 +35,20 @@ TRAINED_LORA_QWEN2 = textwrap.dedent("""
     fsdp_engine.log_gpu_memory_usage = lambda *args, **kwargs: None  # reads CUDA memory
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[-1])
     dist.init_process_group("gloo", rank=0, world_size=1)
-    torch.manual_seed(0)
-    config = Qwen2Config(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=False)
-    model = get_peft_model(Qwen2ForCausalLM(config), LoraConfig(r=4, lora_alpha=8, target_modules="all-linear"))
-    with torch.no_grad():
-        for name, param in model.named_parameters():
-            if "lora_B" in name:
-                param.normal_(0, 0.5)
+""") + TRAINED_LORA_MODEL + textwrap.dedent("""
     expected = {k: v.clone() for k, v in copy.deepcopy(model).merge_and_unload().state_dict().items()}
 """)
 
+# `model` in verl's FSDP2 layout (a unit per decoder layer, then the root; bf16 compute, fp32 reduce) and the
+# engine stand-in verl's weight-sync methods read. Needs torch and types imported; leaves `engine`.
+FSDP2_LORA_ENGINE = textwrap.dedent("""
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32, cast_forward_inputs=True)
+    for layer in model.base_model.model.model.layers:
+        fully_shard(layer, mp_policy=policy)
+    fully_shard(model, mp_policy=policy)
+    engine = types.SimpleNamespace(module=model, _is_offload_param=False)
+""")
 
 # verl 0.9.1's FSDP actor engine around a tiny Qwen2 (torch_varlen, padding-free), as far as its training step
 # needs, on one gloo CPU rank: leaves `engine`, `model`, `nested` (a jagged nested tensor from a list) and verl's

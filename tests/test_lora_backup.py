@@ -12,18 +12,11 @@ import textwrap
 import pytest
 import torch
 
-from gloo_rank import TRAINED_LORA_QWEN2, run_on_one_rank
+from gloo_rank import FSDP2_LORA_ENGINE, TRAINED_LORA_QWEN2, run_on_one_rank
 
-SCRIPT = TRAINED_LORA_QWEN2 + textwrap.dedent("""
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+SCRIPT = TRAINED_LORA_QWEN2 + FSDP2_LORA_ENGINE + textwrap.dedent("""
     from verl.utils import fsdp_utils
     from verl.workers.engine.fsdp.transformer_impl import FSDPEngine
-
-    policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32, cast_forward_inputs=True)
-    for layer in model.base_model.model.model.layers:
-        fully_shard(layer, mp_policy=policy)
-    fully_shard(model, mp_policy=policy)
-    engine = types.SimpleNamespace(module=model, _is_offload_param=False)
 
     def snapshot():
         return {n: p.data.to_local().clone() for n, p in model.named_parameters()}

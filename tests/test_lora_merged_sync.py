@@ -16,12 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from gloo_rank import TRAINED_LORA_QWEN2, free_port, run_on_one_rank
+from gloo_rank import FSDP2_LORA_ENGINE, TRAINED_LORA_MODEL, TRAINED_LORA_QWEN2, free_port, run_on_one_rank
 
 REPO = Path(__file__).resolve().parents[1]
 
 SCRIPT = TRAINED_LORA_QWEN2 + textwrap.dedent("""
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
     from verl.workers.engine.fsdp.transformer_impl import FSDPEngine
 
     base = {k.replace("base_model.model.", "").replace(".base_layer", ""): v.clone()
@@ -29,12 +28,7 @@ SCRIPT = TRAINED_LORA_QWEN2 + textwrap.dedent("""
     ids = torch.randint(0, 64, (2, 8))
     with torch.no_grad():
         before = model(input_ids=ids).logits.float()
-
-    policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32, cast_forward_inputs=True)
-    for layer in model.base_model.model.model.layers:
-        fully_shard(layer, mp_policy=policy)
-    fully_shard(model, mp_policy=policy)
-    engine = types.SimpleNamespace(module=model, _is_offload_param=False)
+""") + FSDP2_LORA_ENGINE + textwrap.dedent("""
     sent = dict(FSDPEngine._merged_lora_per_tensor_param(engine))
 
     assert set(sent) == set(expected), sorted(set(sent) ^ set(expected))
@@ -61,16 +55,10 @@ def test_verl_sends_lora_merged_weights_under_hf_names():
 
 # LORA_MERGE_SYNC=out_of_place (verl_ext/lora_merged_sync.py): the same names, order and bits as verl's in-place
 # merge, without a write to the module (every parameter's version counter stays where it was)
-OUT_OF_PLACE = TRAINED_LORA_QWEN2 + textwrap.dedent("""
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+OUT_OF_PLACE = TRAINED_LORA_QWEN2 + FSDP2_LORA_ENGINE + textwrap.dedent("""
     import verl.workers.engine.fsdp.transformer_impl as engine_module
     from verl_ext import lora_merged_sync
 
-    policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32, cast_forward_inputs=True)
-    for layer in model.base_model.model.model.layers:
-        fully_shard(layer, mp_policy=policy)
-    fully_shard(model, mp_policy=policy)
-    engine = types.SimpleNamespace(module=model, _is_offload_param=False)
     verls = list(lora_merged_sync._VERL_METHOD["method"](engine))
     versions = {name: param._version for name, param in model.named_parameters()}
     before = {name: param.detach().to_local().clone() for name, param in model.named_parameters()}
@@ -133,7 +121,6 @@ TWO_RANKS = textwrap.dedent("""
 
     def rank_main(rank, port):
         from peft import LoraConfig, get_peft_model
-        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
         from transformers import Qwen2Config, Qwen2ForCausalLM
         import verl.workers.engine.fsdp.transformer_impl as engine_module
         from verl_ext import lora_merged_sync
@@ -142,20 +129,8 @@ TWO_RANKS = textwrap.dedent("""
         engine_module.log_gpu_memory_usage = lambda *args, **kwargs: None
         os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
         dist.init_process_group("gloo", rank=rank, world_size=2)
-        torch.manual_seed(0)  # the same model on both ranks before sharding
-        config = Qwen2Config(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                             num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=False)
-        model = get_peft_model(Qwen2ForCausalLM(config), LoraConfig(r=4, lora_alpha=8, target_modules="all-linear"))
-        with torch.no_grad():
-            for name, param in model.named_parameters():
-                if "lora_B" in name:
-                    param.normal_(0, 0.5)
-        policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-        for layer in model.base_model.model.model.layers:
-            fully_shard(layer, mp_policy=policy)
-        fully_shard(model, mp_policy=policy)
+""") + textwrap.indent(TRAINED_LORA_MODEL + FSDP2_LORA_ENGINE, "    ") + textwrap.dedent("""
         shards = {param.to_local().shape[0] for param in model.parameters()}
-        engine = types.SimpleNamespace(module=model, _is_offload_param=False)
         verls = list(lora_merged_sync._VERL_METHOD["method"](engine))
         ours = list(engine_module.FSDPEngine._merged_lora_per_tensor_param(engine))
         assert [n for n, _ in ours] == [n for n, _ in verls]
