@@ -6,7 +6,8 @@ a Python pass over them. A shorter interval ends the generation phase sooner aft
 average half an interval), at the price of more looks: each is a round trip to TransferQueue's controller, which
 also serves the agent-loop workers' puts. This bench starts a local Ray and TransferQueue (its default config, as
 verl's ``tq.init`` does), puts one step's keys with tags shaped like verl's (a prompt key per group with its
-status, a trajectory key per sample) and times ``kv_list`` and the buffer's pass over its result.
+status, a trajectory key per sample) and times ``kv_list`` alone and verl's whole look (its replay buffer's
+``_sync_metadata_from_transfer_queue``: ``kv_list`` and the pass over the result).
 
     python bench/poll_cost_bench.py --prompts 128 --samples 8 --out poll_cost.json     # the realistic load
 """
@@ -17,6 +18,7 @@ import argparse
 import json
 import statistics
 import time
+from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
@@ -30,18 +32,17 @@ def step_keys(prompts: int, samples: int) -> tuple[list[str], list[dict], list[s
     return prompt_keys, prompt_tags, trajectory_keys, trajectory_tags
 
 
-def buffer_pass(listing: dict[str, dict[str, Any]]) -> int:
-    """The replay buffer's pass over ``kv_list``'s result (its branches, without verl's containers)."""
-    finished = 0
-    partitions: dict[str, dict[str, dict]] = {}
-    for partition_id, items in listing.items():
-        partition = partitions.setdefault(partition_id, {})
-        for key, tag in items.items():
-            if tag.get("is_prompt", False):
-                finished += tag["status"] == "finished"
-            else:
-                partition.setdefault(key, {}).update(tag)
-    return finished
+def verl_buffer() -> Any:
+    """verl's own ``ReplayBuffer`` with only what its look fills (its ``__init__`` wants a trainer's config): the look
+    is its ``_sync_metadata_from_transfer_queue``, ``kv_list`` then the pass over the result."""
+    from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
+
+    buffer = object.__new__(ReplayBuffer)
+    buffer.partitions = defaultdict(dict)  # as ReplayBuffer.__init__ sets them (replay_buffer.py:184-190)
+    buffer.pending_keys, buffer.running_keys = defaultdict(set), defaultdict(set)
+    buffer.finished_keys, buffer.failure_keys = defaultdict(set), defaultdict(set)
+    buffer.prompt_global_steps = defaultdict(dict)
+    return buffer
 
 
 def seconds(samples: list[float]) -> dict[str, float]:
@@ -61,23 +62,24 @@ def measure(prompts: int, samples: int, looks: int) -> dict[str, Any]:
         prompt_keys, prompt_tags, trajectory_keys, trajectory_tags = step_keys(prompts, samples)
         tq.kv_batch_put(keys=prompt_keys, partition_id="train", tags=prompt_tags)
         tq.kv_batch_put(keys=trajectory_keys, partition_id="train", tags=trajectory_tags)
+        buffer = verl_buffer()
         for _ in range(3):  # warm-up
-            buffer_pass(tq.kv_list())
-        lists, passes = [], []
+            buffer._sync_metadata_from_transfer_queue()
+        lists, whole = [], []
         for _ in range(looks):
             begin = time.perf_counter()
             listing = tq.kv_list()
-            middle = time.perf_counter()
-            buffer_pass(listing)
-            passes.append(time.perf_counter() - middle)
-            lists.append(middle - begin)
+            lists.append(time.perf_counter() - begin)
+            begin = time.perf_counter()
+            buffer._sync_metadata_from_transfer_queue()
+            whole.append(time.perf_counter() - begin)
         keys = sum(len(items) for items in listing.values())
     finally:
         ray.shutdown()
-    look = statistics.median(a + b for a, b in zip(lists, passes))
+    look = statistics.median(whole)
     return {
         "prompts": prompts, "samples": samples, "keys": keys, "looks": looks, "tq_init_s": init_s,
-        "kv_list": seconds(lists), "buffer_pass": seconds(passes),
+        "kv_list": seconds(lists), "look": seconds(whole),
         # the share of the driver's time a rollout phase spends looking, per interval (the controller's is similar)
         "busy_share_by_interval_s": {str(interval): look / (interval + look) for interval in (0.01, 0.02, 0.05, 0.1)},
     }
