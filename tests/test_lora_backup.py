@@ -98,8 +98,8 @@ def test_backup_and_restore_round_trip_a_plain_module_in_place():
 
 
 @pytest.mark.parametrize("merge_backup, lora, merge, expected", [
-    ("pinned", "1", "1", ["verl_ext.attention", "verl_ext.lora_backup"]),
-    ("verl", "1", "1", "verl_ext.attention"),
+    ("pinned", "1", "1", ["verl_ext.attention", "verl_ext.lora_backup", "verl_ext.lora_merged_sync"]),
+    ("verl", "1", "1", ["verl_ext.attention", "verl_ext.lora_merged_sync"]),  # the out-of-place sync, the default
     ("pinned", "1", "0", "verl_ext.attention"),  # the adapter is served unmerged: nothing is backed up
     ("pinned", "0", "1", "verl_ext.attention"),  # full fine-tune: no adapter
 ])

@@ -92,8 +92,9 @@ def test_out_of_place_merge_sends_verls_bits_without_writing_the_module():
 
 
 @pytest.mark.parametrize("env, expected", [
-    ({}, ["verl_ext.attention", "verl_ext.lora_backup"]),  # in place (verl's), with the pinned backup
-    ({"LORA_MERGE_SYNC": "out_of_place"}, ["verl_ext.attention", "verl_ext.lora_backup", "verl_ext.lora_merged_sync"]),
+    ({}, ["verl_ext.attention", "verl_ext.lora_backup", "verl_ext.lora_merged_sync"]),  # out of place (the backup for
+    # the cases that fall back to verl's path)
+    ({"LORA_MERGE_SYNC": "in_place"}, ["verl_ext.attention", "verl_ext.lora_backup"]),  # verl's, with the pinned backup
     ({"LORA_MERGE_SYNC": "out_of_place", "ROLLOUT_LORA_MERGE": "0"}, "verl_ext.attention"),  # adapter served unmerged
     ({"LORA_MERGE_SYNC": "out_of_place", "ENABLE_LORA": "0"}, "verl_ext.attention"),  # full fine-tune: no adapter
 ])

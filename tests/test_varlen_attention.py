@@ -207,7 +207,7 @@ def test_verls_model_config_registers_it_in_a_fresh_process_through_external_lib
     overrides = overrides_of(dry_run("openspiel-ppo.sh", RUN_PROFILE="smoke", MODEL_PATH=str(model_dir),
                                      ATTN_IMPLEMENTATION="torch_varlen"))
     assert "actor_rollout_ref.model.use_remove_padding=True" in overrides
-    assert "actor_rollout_ref.model.external_lib=[verl_ext.attention,verl_ext.lora_backup]" in overrides
+    assert "actor_rollout_ref.model.external_lib=[verl_ext.attention,verl_ext.lora_backup,verl_ext.lora_merged_sync]" in overrides
     result = subprocess.run([sys.executable, "-c", script, *overrides], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "ATTN torch_varlen" in result.stdout

@@ -10,6 +10,12 @@ own engine core after start-up (vllm/v1/engine/core.py, ``freeze_gc_heap``). Fro
 reference counting; only a reference cycle among them is never collected.
 
 ``install()`` freezes, in each process that imports verl:
+  - at once: the modules imported so far (``freeze_start_up``, no collection first). vLLM and verl call
+    ``gc.collect()`` themselves while they start (vLLM's memory profiling and graph capture: 13 full collections of
+    0.40-0.46 s each in vLLM's GPU worker on the H100, 5.5 s of its start; docs/speed.md 0q), and each walks every
+    object the imports left;
+  - vLLM's GPU worker as its process starts (``WorkerProc.worker_main``): forked from the engine core, it inherits
+    the engine core's heap, which the engine core only freezes after the worker has started;
   - verl's actor worker, after it builds its model (``ActorRolloutRefWorker.init_model``) and after its first
     update (``update_actor``: the optimizer's state and compiled functions appear there);
   - the trainer's process when training begins (``on_train_begin`` of verl's v1 trainers).
@@ -24,6 +30,7 @@ run shows which of its processes pause and how long.
 
 from __future__ import annotations
 
+import functools
 import gc
 import sys
 import time
@@ -35,6 +42,7 @@ from verl_ext.import_hook import after_import
 
 MARK = "[verl-ext] gc freeze"
 WORKERS_MODULE = "verl.workers.engine_workers"
+VLLM_WORKER_MODULE = "vllm.v1.executor.multiproc_executor"  # vLLM 0.24: WorkerProc.worker_main, the worker's entry
 # (module, class) whose own ``on_train_begin`` starts training: the sync trainer inherits the base class's, the
 # two async trainers override it without calling it
 TRAINERS = (
@@ -64,6 +72,18 @@ def freeze_heap(reason: str) -> int:
     frozen = gc.get_freeze_count() - before
     print(f"{MARK} after {reason}: {frozen:,} objects frozen ({gc.get_freeze_count():,} in all), "
           f"{time.perf_counter() - started:.2f} s", file=sys.stderr, flush=True)
+    return frozen
+
+
+def freeze_start_up(reason: str | None = None) -> int:
+    """Freeze every object that exists now, without collecting first (``gc.freeze`` alone is cheap: it moves lists);
+    print a line when given a ``reason``; return the number of objects frozen. A reference cycle that is already
+    garbage stays in memory: at start-up these are few, and only CPU objects."""
+    before = gc.get_freeze_count()
+    gc.freeze()
+    frozen = gc.get_freeze_count() - before
+    if reason is not None:
+        print(f"{MARK} at {reason}: {frozen:,} objects frozen, no collection", file=sys.stderr, flush=True)
     return frozen
 
 
@@ -113,6 +133,25 @@ def _patch_trainer(class_name: str) -> Callable[[ModuleType], None]:
     return patch
 
 
+def _patch_vllm_worker(module: ModuleType) -> None:
+    process = getattr(module, "WorkerProc", None)
+    entry = process.__dict__.get("worker_main") if process is not None else None
+    if not isinstance(entry, staticmethod):
+        _report_missing(module, ["WorkerProc.worker_main (a staticmethod)"])
+        return
+    if getattr(entry.__func__, _WRAPPED, False):
+        return
+    worker_main = entry.__func__
+
+    @functools.wraps(worker_main)
+    def freezing_worker_main(*args: Any, **kwargs: Any) -> Any:
+        freeze_start_up("vLLM's GPU worker start")
+        return worker_main(*args, **kwargs)
+
+    setattr(freezing_worker_main, _WRAPPED, True)
+    process.worker_main = staticmethod(freezing_worker_main)
+
+
 def _report_pause(info: dict[str, int], seconds: float) -> None:
     if seconds >= PAUSE_LOG_S:
         print(f"{PAUSE_MARK}: generation {info.get('generation', '?')}, {seconds:.3f} s, "
@@ -129,9 +168,11 @@ def watch_pauses() -> None:
 
 
 def install() -> None:
-    """Freeze the heap at the points above in this process, once verl imports the modules that hold them; report
-    long collections."""
+    """Freeze the heap at the points above in this process: now, and once verl or vLLM import the modules that hold
+    the others; report long collections."""
     watch_pauses()
+    freeze_start_up()
+    after_import(VLLM_WORKER_MODULE, _patch_vllm_worker)
     after_import(WORKERS_MODULE, _patch_workers)
     for module_name, class_name in TRAINERS:
         after_import(module_name, _patch_trainer(class_name))

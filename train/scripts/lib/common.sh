@@ -199,7 +199,9 @@ grpo_args() {
   # How the merged sync computes W + scale x BA: "in_place" is verl's (backup, merge into the trained weights, send,
   # restore); "out_of_place" sends base + PEFT's delta computed beside the module, which it only reads: the same bits,
   # no host round trip (verl_ext/lora_merged_sync.py; FSDP1, CPU offload, DoRA and lora_bias stay on verl's path).
-  : "${LORA_MERGE_SYNC:=in_place}"
+  # H100, 0.5B shape, rank 32 (docs/speed.md 0q): the actor's side of one sync 0.143 -> 0.082 s
+  # (bench/lora_sync_bench.py); smoke weight sync 0.295 s against 0.355-0.372 s in the three runs around it.
+  : "${LORA_MERGE_SYNC:=out_of_place}"
   require_choice LORA_MERGE_SYNC "$LORA_MERGE_SYNC" in_place out_of_place
   # vLLM stays resident between rollouts (verl's free_cache_engine=False): no sleep after generation, no wake
   # and KV-cache rebuild before the next. H100, 128 x 8 x 512, with the 64k budget below: step 42.8 -> 33.7 s
