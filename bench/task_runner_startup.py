@@ -53,7 +53,7 @@ def launch_command(mode: str, model: Path, game_types: str, checkpoints: Path) -
     """The train script's command for ``mode`` (its --dry-run), with the CPU settings."""
     # TransferQueue in verl's order, so the two commands differ only in where the TaskRunner runs
     env = {**os.environ, "RUN_PROFILE": "smoke", "TASK_RUNNER": mode, "PREFLIGHT_IN_PROCESS": "0",
-           "TRANSFER_QUEUE_START": "serial",
+           "TRANSFER_QUEUE_START": "serial", "ROLLOUT_MODEL_INFO": "off",
            "MODEL_PATH": str(model), "GAME_TYPES": game_types, "CHECKPOINT_DIR": str(checkpoints),
            "PYTHON": sys.executable}
     out = subprocess.run(["bash", str(REPO / "train/scripts/openspiel-ppo.sh"), "--dry-run"], env=env, check=True,

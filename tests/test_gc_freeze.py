@@ -201,6 +201,60 @@ def test_vllms_gpu_worker_freezes_the_engine_cores_heap_as_it_starts(tmp_path):
     assert f"{gc_freeze.MARK} at vLLM's GPU worker start: " in child.stderr
 
 
+RUNNER_STAND_IN = '''
+"""Stand-in for vllm/v1/worker/gpu_model_runner.py (vLLM 0.24): GPUModelRunner._freeze_gc as vLLM writes it."""
+import gc, os
+from contextlib import contextmanager
+
+
+class GPUModelRunner:
+    @staticmethod
+    @contextmanager
+    def _freeze_gc():
+        gc.collect()
+        should_freeze = os.environ.get("VLLM_ENABLE_CUDAGRAPH_GC", "0") == "0"
+        if should_freeze:
+            gc.freeze()
+        try:
+            yield
+        finally:
+            if should_freeze:
+                gc.unfreeze()
+                gc.collect()
+'''
+
+
+@pytest.mark.parametrize("cudagraph_gc, kept_frozen", [("0", True), ("1", False)])
+def test_vllms_graph_capture_leaves_the_heap_frozen(tmp_path, cudagraph_gc, kept_frozen):
+    package = tmp_path / "stand_in" / "vllm" / "v1" / "worker"
+    package.mkdir(parents=True)
+    for folder in (package, package.parent, package.parent.parent):
+        (folder / "__init__.py").touch()
+    (package / "gpu_model_runner.py").write_text(textwrap.dedent(RUNNER_STAND_IN))
+    child = run_child("""
+        import gc, json
+        import verl
+        from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+        compiled = [[n] for n in range(20_000)]  # what torch.compile leaves before the capture
+        with GPUModelRunner._freeze_gc():
+            captured = [[n] for n in range(100)]
+            cycle = []
+            cycle.append(cycle)  # garbage the capture makes
+            del cycle
+        frozen_after = gc.get_freeze_count()
+        print(json.dumps({"frozen_after": frozen_after, "garbage_left": gc.collect()}))
+    """, VERL_USE_EXTERNAL_MODULES="verl_ext.launch.gc_freeze", VLLM_ENABLE_CUDAGRAPH_GC=cudagraph_gc,
+        PYTHONPATH=f"{tmp_path / 'stand_in'}{os.pathsep}{REPO}")
+    assert child.returncode == 0, child.stderr[-3000:]
+    facts = json.loads(child.stdout.strip().splitlines()[-1])
+    if kept_frozen:
+        assert facts["garbage_left"] == 0  # the capture's cycle was collected on the way out
+        assert facts["frozen_after"] > 100_000 + 20_000  # the import heap and what came before the capture
+        assert f"{gc_freeze.MARK} at vLLM's CUDA-graph capture: " in child.stderr
+    else:  # vLLM's own: no freeze there (and no collection on the way out); the import heap frozen stays
+        assert gc_freeze.MARK not in child.stderr and facts["frozen_after"] > 100_000
+
+
 def test_a_vllm_without_the_worker_entry_is_left_alone_and_named(capsys):
     import types
 
@@ -209,6 +263,9 @@ def test_a_vllm_without_the_worker_entry_is_left_alone_and_named(capsys):
     gc_freeze._patch_vllm_worker(module)
     assert not getattr(module.WorkerProc.worker_main, gc_freeze._WRAPPED, False)
     assert "lacks WorkerProc.worker_main (a staticmethod); no freeze there" in capsys.readouterr().err
+    runner = types.ModuleType(gc_freeze.VLLM_RUNNER_MODULE)
+    gc_freeze._patch_vllm_capture(runner)
+    assert "lacks GPUModelRunner._freeze_gc (a staticmethod); no freeze there" in capsys.readouterr().err
 
 
 def test_a_verl_without_the_methods_is_left_alone_and_named(capsys):

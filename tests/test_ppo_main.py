@@ -71,8 +71,8 @@ def test_train_script_runs_it_instead_of_a_separate_preflight(tmp_path):
     argv = dry_run("openspiel-ppo.sh", RUN_PROFILE="smoke", PREFLIGHT_IN_PROCESS="1")
     assert argv[1:3] == ["-m", "verl_ext.launch.ppo_main"]
     # the start-up defaults, then the same overrides verl's main_ppo gets
-    assert argv[3:7] == ["--task-runner", "driver", "--transfer-queue-start", "overlap"]
-    assert argv[7:] == overrides()
+    assert argv[3:9] == ["--task-runner", "driver", "--transfer-queue-start", "overlap", "--vllm-model-info", "warm"]
+    assert argv[9:] == overrides()
     env = {**os.environ, "PREFLIGHT_IN_PROCESS": "1", "RUN_PROFILE": "smoke", "LOG_DIR": str(tmp_path),
            "TRAIN_BATCH_SIZE": "7", "MODEL_PATH": str(tmp_path)}
     done = subprocess.run(["bash", str(REPO / "train/scripts/openspiel-ppo.sh")], capture_output=True, text=True,

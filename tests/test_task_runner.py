@@ -75,11 +75,13 @@ def test_the_driver_imports_the_modules_a_ray_worker_would_import_from_verl_exte
 
 
 @pytest.mark.parametrize("argv, options, rest", [
-    (["a=1"], {"preflight": True, "task_runner": "actor", "transfer_queue_start": "serial"}, ["a=1"]),
+    (["a=1"], {"preflight": True, "task_runner": "actor", "transfer_queue_start": "serial",
+               "vllm_model_info": "off"}, ["a=1"]),
     (["--task-runner", "driver", "a=1"], {"preflight": True, "task_runner": "driver",
-                                          "transfer_queue_start": "serial"}, ["a=1"]),
-    (["--no-preflight", "--task-runner=driver", "--", "a=1"], {"preflight": False, "task_runner": "driver",
-                                                      "transfer_queue_start": "serial"}, ["a=1"]),
+                                          "transfer_queue_start": "serial", "vllm_model_info": "off"}, ["a=1"]),
+    (["--no-preflight", "--task-runner=driver", "--vllm-model-info", "warm", "--", "a=1"],
+     {"preflight": False, "task_runner": "driver", "transfer_queue_start": "serial", "vllm_model_info": "warm"},
+     ["a=1"]),
 ])  # fmt: skip
 def test_launcher_options(argv, options, rest):
     assert split_options(argv) == (options, rest)
@@ -88,6 +90,7 @@ def test_launcher_options(argv, options, rest):
 @pytest.mark.parametrize("argv, message", [
     (["--task-runner", "ray"], "--task-runner (TASK_RUNNER) must be one of actor, driver, got 'ray'"),
     (["--task-runner"], "got ''"), (["--fast"], "unknown option '--fast'"),
+    (["--vllm-model-info", "cold"], "--vllm-model-info (ROLLOUT_MODEL_INFO) must be one of off, warm, got 'cold'"),
 ])  # fmt: skip
 def test_bad_launcher_options_are_named(argv, message):
     with pytest.raises(ValueError) as err:
@@ -101,7 +104,9 @@ def test_bad_launcher_options_are_named(argv, message):
     ({"PREFLIGHT_IN_PROCESS": "0"}, "verl_ext.launch.ppo_main",
      ["--no-preflight", "--task-runner", "driver", "--transfer-queue-start", "overlap"]),
     ({"PREFLIGHT_IN_PROCESS": "0", "TASK_RUNNER": "actor", "TRANSFER_QUEUE_START": "serial"},
-     "verl.trainer.main_ppo", []),
+     "verl_ext.launch.ppo_main", ["--no-preflight", "--vllm-model-info", "warm"]),  # the model-info warm-up alone
+    ({"PREFLIGHT_IN_PROCESS": "0", "TASK_RUNNER": "actor", "TRANSFER_QUEUE_START": "serial",
+      "ROLLOUT_MODEL_INFO": "off"}, "verl.trainer.main_ppo", []),
 ])  # fmt: skip
 def test_train_script_passes_the_switch(env, module, options):
     argv = dry_run("openspiel-ppo.sh", RUN_PROFILE="smoke", **env)

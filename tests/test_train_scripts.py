@@ -59,7 +59,8 @@ def value(overrides: list[str], key: str) -> str:
 def test_grpo_command_composes_and_passes_preflight(script, profile):
     argv = dry_run(script, RUN_PROFILE=profile)
     assert argv[1:3] == ["-m", "verl_ext.launch.ppo_main"]  # our pre-flight, then verl's main_ppo, one process
-    verl_order = dict(PREFLIGHT_IN_PROCESS="0", TASK_RUNNER="actor", TRANSFER_QUEUE_START="serial")
+    verl_order = dict(PREFLIGHT_IN_PROCESS="0", TASK_RUNNER="actor", TRANSFER_QUEUE_START="serial",
+                      ROLLOUT_MODEL_INFO="off")
     assert dry_run(script, RUN_PROFILE=profile, **verl_order)[1:3] == ["-m", "verl.trainer.main_ppo"]
     cfg = compose("ppo_trainer", overrides_of(argv))
     assert check_ppo(cfg, check_imports=False) == []

@@ -137,9 +137,9 @@ def test_verls_run_is_still_the_one_this_switch_reorders():
 
 
 @pytest.mark.parametrize("argv, options", [
-    (["a=1"], {"preflight": True, "task_runner": "actor", "transfer_queue_start": "serial"}),
+    (["a=1"], {"preflight": True, "task_runner": "actor", "transfer_queue_start": "serial", "vllm_model_info": "off"}),
     (["--transfer-queue-start", "overlap", "--task-runner=driver", "a=1"],
-     {"preflight": True, "task_runner": "driver", "transfer_queue_start": "overlap"}),
+     {"preflight": True, "task_runner": "driver", "transfer_queue_start": "overlap", "vllm_model_info": "off"}),
 ])  # fmt: skip
 def test_launcher_option(argv, options):
     assert ppo_main.split_options(argv) == (options, ["a=1"])
@@ -150,9 +150,10 @@ def test_launcher_option(argv, options):
 
 def test_train_script_passes_the_switch_and_refuses_an_unknown_value():
     argv = dry_run("openspiel-ppo.sh", RUN_PROFILE="smoke", TASK_RUNNER="actor", PREFLIGHT_IN_PROCESS="0")
-    assert argv[1:6] == ["-m", "verl_ext.launch.ppo_main", "--no-preflight", "--transfer-queue-start", "overlap"]
+    assert argv[1:8] == ["-m", "verl_ext.launch.ppo_main", "--no-preflight", "--transfer-queue-start", "overlap",
+                         "--vllm-model-info", "warm"]
     serial = dry_run("openspiel-ppo.sh", RUN_PROFILE="smoke", TASK_RUNNER="actor", TRANSFER_QUEUE_START="serial",
-                     PREFLIGHT_IN_PROCESS="0")
+                     PREFLIGHT_IN_PROCESS="0", ROLLOUT_MODEL_INFO="off")
     assert serial[1:3] == ["-m", "verl.trainer.main_ppo"]  # verl's order: verl's own entry point
     bad = subprocess.run(["bash", str(REPO / "train/scripts/openspiel-ppo.sh"), "--dry-run"], capture_output=True,
                          text=True, env={**os.environ, "TRANSFER_QUEUE_START": "early"})

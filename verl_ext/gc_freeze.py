@@ -16,6 +16,11 @@ reference counting; only a reference cycle among them is never collected.
     object the imports left;
   - vLLM's GPU worker as its process starts (``WorkerProc.worker_main``): forked from the engine core, it inherits
     the engine core's heap, which the engine core only freezes after the worker has started;
+  - vLLM's GPU worker around its CUDA-graph memory profile and capture (``GPUModelRunner._freeze_gc``): vLLM
+    collects, freezes, captures, then unfreezes everything and collects again, so each later collection walks
+    the whole heap again, torch.compile's objects included (0.42-0.45 s each, seven of them before its first
+    generation). Here the heap stays frozen after the capture; objects the capture made are still collected.
+    Unless ``VLLM_ENABLE_CUDAGRAPH_GC=1``, with which vLLM does not freeze there either;
   - verl's actor worker, after it builds its model (``ActorRolloutRefWorker.init_model``) and after its first
     update (``update_actor``: the optimizer's state and compiled functions appear there);
   - the trainer's process when training begins (``on_train_begin`` of verl's v1 trainers).
@@ -30,9 +35,12 @@ run shows which of its processes pause and how long.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import gc
+import os
 import sys
+from collections.abc import Iterator
 import time
 from types import ModuleType
 from typing import Any, Callable
@@ -43,6 +51,7 @@ from verl_ext.import_hook import after_import
 MARK = "[verl-ext] gc freeze"
 WORKERS_MODULE = "verl.workers.engine_workers"
 VLLM_WORKER_MODULE = "vllm.v1.executor.multiproc_executor"  # vLLM 0.24: WorkerProc.worker_main, the worker's entry
+VLLM_RUNNER_MODULE = "vllm.v1.worker.gpu_model_runner"  # vLLM 0.24: GPUModelRunner._freeze_gc around graph capture
 # (module, class) whose own ``on_train_begin`` starts training: the sync trainer inherits the base class's, the
 # two async trainers override it without calling it
 TRAINERS = (
@@ -152,6 +161,28 @@ def _patch_vllm_worker(module: ModuleType) -> None:
     process.worker_main = staticmethod(freezing_worker_main)
 
 
+@contextlib.contextmanager
+def _capture_keeping_heap_frozen() -> Iterator[None]:
+    """vLLM's ``GPUModelRunner._freeze_gc`` without its closing ``gc.unfreeze()``."""
+    gc.collect()  # as vLLM: what the profile or capture can reuse is freed first
+    freeze_start_up("vLLM's CUDA-graph capture")
+    try:
+        yield
+    finally:
+        gc.collect()  # the capture's own garbage (made after the freeze)
+
+
+def _patch_vllm_capture(module: ModuleType) -> None:
+    runner = getattr(module, "GPUModelRunner", None)
+    entry = runner.__dict__.get("_freeze_gc") if runner is not None else None
+    if not isinstance(entry, staticmethod):
+        _report_missing(module, ["GPUModelRunner._freeze_gc (a staticmethod)"])
+        return
+    if os.environ.get("VLLM_ENABLE_CUDAGRAPH_GC", "0") not in ("", "0"):
+        return  # vLLM neither freezes nor unfreezes there
+    runner._freeze_gc = staticmethod(_capture_keeping_heap_frozen)
+
+
 def _report_pause(info: dict[str, int], seconds: float) -> None:
     if seconds >= PAUSE_LOG_S:
         print(f"{PAUSE_MARK}: generation {info.get('generation', '?')}, {seconds:.3f} s, "
@@ -173,6 +204,7 @@ def install() -> None:
     watch_pauses()
     freeze_start_up()
     after_import(VLLM_WORKER_MODULE, _patch_vllm_worker)
+    after_import(VLLM_RUNNER_MODULE, _patch_vllm_capture)
     after_import(WORKERS_MODULE, _patch_workers)
     for module_name, class_name in TRAINERS:
         after_import(module_name, _patch_trainer(class_name))

@@ -1,7 +1,7 @@
 """Our pre-flight, then verl's ``main_ppo``, in one interpreter (``PREFLIGHT_IN_PROCESS=1`` in the train scripts).
 
     python -m verl_ext.launch.ppo_main [--no-preflight] [--task-runner actor|driver]
-        [--transfer-queue-start serial|overlap] [hydra overrides]
+        [--transfer-queue-start serial|overlap] [--vllm-model-info off|warm] [hydra overrides]
 
 With ``PREFLIGHT_IN_PROCESS=0`` the train scripts run the pre-flight as its own process and then verl's
 ``main_ppo``: both import verl, torch and (for a LoRA run with vLLM, through verl's ``validate_config``) vLLM. On the lent H100
@@ -13,6 +13,9 @@ TaskRunner in this process instead of a Ray actor (``TASK_RUNNER=driver``, ``ver
 ``--transfer-queue-start overlap`` starts TransferQueue while the trainer starts its workers instead of before them
 (``TRANSFER_QUEUE_START=overlap``, ``verl_ext/launch/transfer_queue_start.py``). The train scripts pass both by
 default (docs/speed.md 0m); run directly, this module keeps verl's order unless told otherwise.
+``--vllm-model-info warm`` first starts, in the background, the inspection of the model that vLLM's server would
+otherwise run in a fresh interpreter on a machine's first run (``ROLLOUT_MODEL_INFO=warm``,
+``verl_ext/launch/vllm_model_info.py``; docs/speed.md 0q).
 """
 
 from __future__ import annotations
@@ -20,15 +23,17 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Sequence
 
-from . import preflight
+from . import preflight, vllm_model_info
 
 PREFLIGHT_DONE = "[verl-ext] launch: pre-flight done in process, starting verl"
 TASK_RUNNERS = ("actor", "driver")
 TRANSFER_QUEUE_STARTS = ("serial", "overlap")  # here: transfer_queue_start.py imports verl, so only after the checks
+MODEL_INFO_STARTS = ("off", "warm")
 CHOICES = {"--task-runner": ("task_runner", TASK_RUNNERS, "TASK_RUNNER"),
-           "--transfer-queue-start": ("transfer_queue_start", TRANSFER_QUEUE_STARTS, "TRANSFER_QUEUE_START")}
+           "--transfer-queue-start": ("transfer_queue_start", TRANSFER_QUEUE_STARTS, "TRANSFER_QUEUE_START"),
+           "--vllm-model-info": ("vllm_model_info", MODEL_INFO_STARTS, "ROLLOUT_MODEL_INFO")}
 USAGE = ("python -m verl_ext.launch.ppo_main [--no-preflight] [--task-runner actor|driver] "
-         "[--transfer-queue-start serial|overlap] [hydra overrides]")
+         "[--transfer-queue-start serial|overlap] [--vllm-model-info off|warm] [hydra overrides]")
 
 
 def _verl_main(task_runner: str = "actor", transfer_queue_start: str = "serial") -> None:
@@ -46,9 +51,11 @@ def _verl_main(task_runner: str = "actor", transfer_queue_start: str = "serial")
 
 
 def split_options(argv: Sequence[str]) -> tuple[dict[str, object], list[str]]:
-    """Our leading options (``--no-preflight``, ``--task-runner X``, ``--transfer-queue-start X``) and the Hydra
+    """Our leading options (``--no-preflight``, ``--task-runner X``, ``--transfer-queue-start X``,
+    ``--vllm-model-info X``) and the Hydra
     overrides after them."""
-    options: dict[str, object] = {"preflight": True, "task_runner": "actor", "transfer_queue_start": "serial"}
+    options: dict[str, object] = {"preflight": True, "task_runner": "actor", "transfer_queue_start": "serial",
+                                  "vllm_model_info": "off"}
     rest = list(argv)
     while rest and rest[0].startswith("--"):
         flag = rest.pop(0)
@@ -74,9 +81,13 @@ def main(argv: Sequence[str] | None = None, run_verl: Callable[[str, str], None]
     except ValueError as err:
         print(f"pre-flight: {err}", file=sys.stderr)
         return 2
+    warming = None
+    if options["vllm_model_info"] == "warm":  # first: it has the pre-flight's and Ray's start to run in
+        warming = vllm_model_info.start_in_background(overrides)
     if options["preflight"]:
         status = preflight.main(["--config-name", "ppo_trainer", "--", *overrides])
         if status:
+            vllm_model_info.stop(warming)  # no run: no output from it after the pre-flight's report
             return status
         print(PREFLIGHT_DONE, flush=True)
     sys.argv = [sys.argv[0], *overrides]

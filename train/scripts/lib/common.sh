@@ -388,13 +388,21 @@ launch() {
   # concurrent engines, vLLM issue 31199) unless the environment sets it; torch >= 2.10 writes the artifacts
   # atomically. A later run on the machine reads its graphs back: torch.compile 3.3-4.3 s instead of 7.0-16.4 s.
   export VLLM_DISABLE_COMPILE_CACHE="${VLLM_DISABLE_COMPILE_CACHE:-0}"
+  # warm: vLLM's inspection of the model's architecture (which its server otherwise runs in a fresh interpreter on
+  # a machine's first run: 19.7 s of start-up on the H100, docs/speed.md 0q) starts in the background at launch and
+  # fills vLLM's model-info cache (verl_ext/launch/vllm_model_info.py); off: vLLM's server inspects when it starts
+  require_choice ROLLOUT_MODEL_INFO "${ROLLOUT_MODEL_INFO:=warm}" warm off
+  local warm_model_info=0
+  [[ "$ROLLOUT_MODEL_INFO" == warm && "${ROLLOUT_BACKEND:-vllm}" == vllm ]] && warm_model_info=1
   local in_process=0 options=()
   if [[ "$config_name" == ppo_trainer && "$module" == verl.trainer.main_ppo
-        && ( "$PREFLIGHT_IN_PROCESS" == 1 || "$TASK_RUNNER" == driver || "$TRANSFER_QUEUE_START" == overlap ) ]]; then
+        && ( "$PREFLIGHT_IN_PROCESS" == 1 || "$TASK_RUNNER" == driver || "$TRANSFER_QUEUE_START" == overlap
+             || "$warm_model_info" == 1 ) ]]; then
     module=verl_ext.launch.ppo_main
     if [[ "$PREFLIGHT_IN_PROCESS" == 1 ]]; then in_process=1; else options+=(--no-preflight); fi
     if [[ "$TASK_RUNNER" == driver ]]; then options+=(--task-runner driver); fi
     if [[ "$TRANSFER_QUEUE_START" == overlap ]]; then options+=(--transfer-queue-start overlap); fi
+    if [[ "$warm_model_info" == 1 ]]; then options+=(--vllm-model-info warm); fi
   fi
   if (( ${#launcher[@]} == 0 )); then launcher=("$PYTHON"); fi
   local cmd=("${launcher[@]}" -m "$module" ${options[@]+"${options[@]}"} "$@")
