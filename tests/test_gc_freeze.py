@@ -153,54 +153,6 @@ def test_the_heap_verls_import_built_is_frozen_at_once_and_quietly():
     assert gc_freeze.MARK not in child.stderr  # one silent freeze per process, not a line from each Ray worker
 
 
-VLLM_EXECUTOR_STAND_IN = '''
-"""Stand-in for vllm/v1/executor/multiproc_executor.py (vLLM 0.24): WorkerProc.worker_main, a staticmethod, is the
-target of the worker process that make_worker_process starts (forked: the engine core's heap is inherited)."""
-import gc, json, multiprocessing
-
-
-class WorkerProc:
-    @staticmethod
-    def make_worker_process(report):
-        process = multiprocessing.get_context("fork").Process(target=WorkerProc.worker_main, kwargs={"report": report})
-        process.start()
-        process.join()
-        return process.exitcode
-
-    @staticmethod
-    def worker_main(report):
-        with open(report, "w") as out:
-            json.dump({"frozen_in_worker": gc.get_freeze_count(), "name": WorkerProc.worker_main.__name__}, out)
-'''
-
-
-def test_vllms_gpu_worker_freezes_the_engine_cores_heap_as_it_starts(tmp_path):
-    package = tmp_path / "stand_in" / "vllm" / "v1" / "executor"
-    package.mkdir(parents=True)
-    for folder in (package, package.parent, package.parent.parent):
-        (folder / "__init__.py").touch()
-    (package / "multiproc_executor.py").write_text(textwrap.dedent(VLLM_EXECUTOR_STAND_IN))
-    report = tmp_path / "worker.json"
-    child = run_child(f"""
-        import gc, json
-        import verl  # loads the module, as in the vLLM server actor and the engine core it starts
-        from vllm.v1.executor.multiproc_executor import WorkerProc
-        engine_core_heap = [[n] for n in range(50_000)]  # what the engine core builds after its imports
-        frozen_before_fork = gc.get_freeze_count()
-        exitcode = WorkerProc.make_worker_process({str(report)!r})
-        print(json.dumps({{"exitcode": exitcode, "frozen_before_fork": frozen_before_fork,
-                          "frozen_in_engine_core": gc.get_freeze_count()}}))
-    """, VERL_USE_EXTERNAL_MODULES="verl_ext.launch.gc_freeze", PYTHONPATH=f"{tmp_path / 'stand_in'}{os.pathsep}{REPO}")
-    assert child.returncode == 0, child.stderr[-3000:]
-    parent = json.loads(child.stdout.strip().splitlines()[-1])
-    worker = json.loads(report.read_text())
-    assert parent["exitcode"] == 0
-    assert worker["frozen_in_worker"] >= parent["frozen_before_fork"] + 50_000  # the inherited heap, frozen
-    assert parent["frozen_in_engine_core"] == parent["frozen_before_fork"]  # the engine core freezes on its own
-    assert worker["name"] == "worker_main"  # functools.wraps: vLLM's process naming and logs see its function
-    assert f"{gc_freeze.MARK} at vLLM's GPU worker start: " in child.stderr
-
-
 RUNNER_STAND_IN = '''
 """Stand-in for vllm/v1/worker/gpu_model_runner.py (vLLM 0.24): GPUModelRunner._freeze_gc as vLLM writes it."""
 import gc, os
@@ -255,16 +207,13 @@ def test_vllms_graph_capture_leaves_the_heap_frozen(tmp_path, cudagraph_gc, kept
         assert gc_freeze.MARK not in child.stderr and facts["frozen_after"] > 100_000
 
 
-def test_a_vllm_without_the_worker_entry_is_left_alone_and_named(capsys):
+def test_a_vllm_without_the_capture_freeze_is_left_alone_and_named(capsys):
     import types
 
-    module = types.ModuleType(gc_freeze.VLLM_WORKER_MODULE)
-    module.WorkerProc = type("WorkerProc", (), {"worker_main": lambda self: None})  # not a staticmethod
-    gc_freeze._patch_vllm_worker(module)
-    assert not getattr(module.WorkerProc.worker_main, gc_freeze._WRAPPED, False)
-    assert "lacks WorkerProc.worker_main (a staticmethod); no freeze there" in capsys.readouterr().err
     runner = types.ModuleType(gc_freeze.VLLM_RUNNER_MODULE)
+    runner.GPUModelRunner = type("GPUModelRunner", (), {"_freeze_gc": lambda self: None})  # not a staticmethod
     gc_freeze._patch_vllm_capture(runner)
+    assert runner.GPUModelRunner.__dict__["_freeze_gc"] is not gc_freeze._capture_keeping_heap_frozen
     assert "lacks GPUModelRunner._freeze_gc (a staticmethod); no freeze there" in capsys.readouterr().err
 
 

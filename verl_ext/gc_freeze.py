@@ -13,9 +13,8 @@ reference counting; only a reference cycle among them is never collected.
   - at once: the modules imported so far (``freeze_start_up``, no collection first). vLLM and verl call
     ``gc.collect()`` themselves while they start (vLLM's memory profiling and graph capture: 13 full collections of
     0.40-0.46 s each in vLLM's GPU worker on the H100, 5.5 s of its start; docs/speed.md 0q), and each walks every
-    object the imports left;
-  - vLLM's GPU worker as its process starts (``WorkerProc.worker_main``): forked from the engine core, it inherits
-    the engine core's heap, which the engine core only freezes after the worker has started;
+    object the imports left. vLLM's GPU worker imports verl (so this module) when vLLM injects verl's worker
+    extension, before it loads the model: its import-time freeze holds what it inherited from the engine core;
   - vLLM's GPU worker around its CUDA-graph memory profile and capture (``GPUModelRunner._freeze_gc``): vLLM
     collects, freezes, captures, then unfreezes everything and collects again, so each later collection walks
     the whole heap again, torch.compile's objects included (0.42-0.45 s each, seven of them before its first
@@ -24,7 +23,7 @@ reference counting; only a reference cycle among them is never collected.
   - verl's actor worker, after it builds its model (``ActorRolloutRefWorker.init_model``) and after its first
     update (``update_actor``: the optimizer's state and compiled functions appear there);
   - the trainer's process when training begins (``on_train_begin`` of verl's v1 trainers).
-Each freeze prints one line (``[verl-ext] gc freeze ...``) with the objects frozen and the time it took.
+Each freeze but the silent import-time one prints one line (``[verl-ext] gc freeze ...``) with the objects frozen.
 Load it with ``VERL_USE_EXTERNAL_MODULES=verl_ext.launch.gc_freeze`` (the train scripts do unless ``GC_FREEZE=0``).
 
 ``watch_pauses()`` (also started by ``install()``; alone: ``verl_ext.launch.gc_watch``) prints one line for each
@@ -36,7 +35,6 @@ run shows which of its processes pause and how long.
 from __future__ import annotations
 
 import contextlib
-import functools
 import gc
 import os
 import sys
@@ -50,7 +48,6 @@ from verl_ext.import_hook import after_import
 
 MARK = "[verl-ext] gc freeze"
 WORKERS_MODULE = "verl.workers.engine_workers"
-VLLM_WORKER_MODULE = "vllm.v1.executor.multiproc_executor"  # vLLM 0.24: WorkerProc.worker_main, the worker's entry
 VLLM_RUNNER_MODULE = "vllm.v1.worker.gpu_model_runner"  # vLLM 0.24: GPUModelRunner._freeze_gc around graph capture
 # (module, class) whose own ``on_train_begin`` starts training: the sync trainer inherits the base class's, the
 # two async trainers override it without calling it
@@ -142,25 +139,6 @@ def _patch_trainer(class_name: str) -> Callable[[ModuleType], None]:
     return patch
 
 
-def _patch_vllm_worker(module: ModuleType) -> None:
-    process = getattr(module, "WorkerProc", None)
-    entry = process.__dict__.get("worker_main") if process is not None else None
-    if not isinstance(entry, staticmethod):
-        _report_missing(module, ["WorkerProc.worker_main (a staticmethod)"])
-        return
-    if getattr(entry.__func__, _WRAPPED, False):
-        return
-    worker_main = entry.__func__
-
-    @functools.wraps(worker_main)
-    def freezing_worker_main(*args: Any, **kwargs: Any) -> Any:
-        freeze_start_up("vLLM's GPU worker start")
-        return worker_main(*args, **kwargs)
-
-    setattr(freezing_worker_main, _WRAPPED, True)
-    process.worker_main = staticmethod(freezing_worker_main)
-
-
 @contextlib.contextmanager
 def _capture_keeping_heap_frozen() -> Iterator[None]:
     """vLLM's ``GPUModelRunner._freeze_gc`` without its closing ``gc.unfreeze()``."""
@@ -203,7 +181,6 @@ def install() -> None:
     the others; report long collections."""
     watch_pauses()
     freeze_start_up()
-    after_import(VLLM_WORKER_MODULE, _patch_vllm_worker)
     after_import(VLLM_RUNNER_MODULE, _patch_vllm_capture)
     after_import(WORKERS_MODULE, _patch_workers)
     for module_name, class_name in TRAINERS:
