@@ -38,8 +38,8 @@ import contextlib
 import gc
 import os
 import sys
-from collections.abc import Iterator
 import time
+from collections.abc import Iterator
 from types import ModuleType
 from typing import Any, Callable
 

@@ -52,8 +52,7 @@ def _verl_main(task_runner: str = "actor", transfer_queue_start: str = "serial")
 
 def split_options(argv: Sequence[str]) -> tuple[dict[str, object], list[str]]:
     """Our leading options (``--no-preflight``, ``--task-runner X``, ``--transfer-queue-start X``,
-    ``--vllm-model-info X``) and the Hydra
-    overrides after them."""
+    ``--vllm-model-info X``) and the Hydra overrides after them."""
     options: dict[str, object] = {"preflight": True, "task_runner": "actor", "transfer_queue_start": "serial",
                                   "vllm_model_info": "off"}
     rest = list(argv)
