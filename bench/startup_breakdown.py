@@ -53,6 +53,8 @@ MILESTONES: tuple[Milestone, ...] = (
               re.escape("[verl-ext] launch: pre-flight done in process"), "verl_ext/launch/ppo_main.py (PREFLIGHT_DONE)"),
     Milestone("ray_init", "verl imported, config validated (ray.init next)", r"^ray init kwargs: ",
               "verl trainer/main_ppo.py:73"),
+    Milestone("vllm_model_info", "vLLM model info cached in the background (ROLLOUT_MODEL_INFO=warm)",
+              re.escape("[verl-ext] vLLM model info: "), "verl_ext/launch/vllm_model_info.py (MARK)"),
     Milestone("ray", "Ray started", r"Started a local Ray instance\.|Connected to Ray cluster\.",
               "ray 2.60.0 ray/_private/worker.py:2025-2039"),
     # TASK_RUNNER=driver: the same print comes from the driver process, without Ray's actor prefix
@@ -74,6 +76,10 @@ MILESTONES: tuple[Milestone, ...] = (
               "verl trainer/ppo/v1/trainer_base.py:346"),
     Milestone("vllm_server", "vLLM server actor started", r"replica_rank: \d+, node_rank: \d+|\['serve',",
               "verl workers/rollout/vllm_rollout/vllm_async_server.py:1121-1128 (or its `serve` argument list, :456-459)"),
+    # On a machine's first run vLLM inspects the model class in a fresh interpreter here unless its model-info cache
+    # has the answer (ROLLOUT_MODEL_INFO=warm fills it at launch; docs/speed.md 0q)
+    Milestone("vllm_architecture", "vLLM architecture resolved (its model-info inspection)", r"Resolved architecture: ",
+              "vllm 0.24.0 vllm/config/model.py:598"),
     Milestone("vllm_engine_start", "vLLM engine core starting", r"Initializing a V1 LLM engine \(v",
               "vllm 0.24.0 vllm/v1/engine/core.py:113-118"),
     # With verl's `mp` executor the GPU worker is one more process (spawned, imports vLLM); with `uni` it is

@@ -29,6 +29,7 @@ SYNTHETIC = [
     ("2026-11-23 11:29:17.000", "[verl-ext] launch: command started"),
     ("2026-11-23 11:29:22.400", "[verl-ext] launch: pre-flight done in process, starting verl"),
     ("2026-11-23 11:29:30.100", "ray init kwargs: {'num_cpus': None, 'runtime_env': {'env_vars': {}}}"),
+    ("2026-11-23 11:29:33.000", "[verl-ext] vLLM model info: Qwen2ForCausalLM: cached (4.1 s); 16.9 s"),
     ("2026-11-23 11:29:35.200", "2026-11-23 11:29:35,101\tINFO worker.py:2038 -- Started a local Ray instance."),
     ("2026-11-23 11:29:45.000", TASK + "{'actor_rollout_ref': {'actor': {'_target_': 'verl.workers.config.FSDPActorConfig',"),
     ("2026-11-23 11:29:55.000", TASK + "Using dataset class: DynamicEnvDataset"),
@@ -38,6 +39,7 @@ SYNTHETIC = [
     ("2026-11-23 11:30:45.600", SERVER + "INFO:2026-11-23 11:30:45,500:vLLMHttpServer, replica_rank: 0, node_rank: 0, "
      "CUDA_VISIBLE_DEVICES: 0, master_address: 10.0.0.1, master_port: 4000, data_parallel_rpc_port: 4001, "
      "data_parallel_master_port: 4002"),
+    ("2026-11-23 11:30:46.000", SERVER + "INFO 11-23 11:30:46 [model.py:598] Resolved architecture: Qwen2ForCausalLM"),
     ("2026-11-23 11:30:55.900", ENGINE + "INFO 11-23 11:30:55 [core.py:115] Initializing a V1 LLM engine (v0.24.0) "
      "with config: model='/tmp/qwen2.5-0.5b-random', speculative_config=None"),
     # printed by the worker process before Ray's prefix knows it (then `(Worker pid=N)` lines follow)
@@ -95,6 +97,8 @@ def test_every_milestone_is_timed_from_the_exact_messages():
     assert rows["ray_init"]["after_previous_s"] == pytest.approx(7.7)
     assert rows["transfer_queue"]["after_previous_s"] == pytest.approx(10.0)  # after the TaskRunner's config print
     assert rows["actor_init"]["since_launch_s"] == pytest.approx(84.0)
+    assert rows["vllm_model_info"]["since_launch_s"] == pytest.approx(17.0)
+    assert rows["vllm_architecture"]["after_previous_s"] == pytest.approx(0.5)  # model info cached: no gap
     assert rows["vllm_engine_start"]["since_launch_s"] == 99.0  # vLLM: seconds, the year from its neighbours
     assert rows["vllm_engine_start"]["time_from"] == "own timestamp (s, year inferred)"
     assert rows["vllm_worker"]["after_previous_s"] == 8.0  # the worker process's spawn and imports
@@ -118,7 +122,8 @@ def test_every_milestone_is_timed_from_the_exact_messages():
 def test_the_task_runner_in_the_driver_is_timed_from_its_unprefixed_lines():
     """TASK_RUNNER=driver: verl's TaskRunner prints from the driver process, so its lines carry no actor prefix."""
     driver = [(at, text.replace(TASK, "")) for at, text in SYNTHETIC]
-    driver[5] = ("2026-11-23 11:29:36.500", driver[5][1])  # no new process: right after Ray
+    config = next(i for i, (_, text) in enumerate(SYNTHETIC) if text.startswith(TASK + "{'actor_rollout_ref'"))
+    driver[config] = ("2026-11-23 11:29:36.500", driver[config][1])  # no new process: right after Ray
     rows = by_key(startup.breakdown(stamped(driver)))
     assert rows["task_runner"]["after_previous_s"] == pytest.approx(1.399)
     assert rows["transfer_queue"]["since_launch_s"] == pytest.approx(39.0)
