@@ -150,7 +150,8 @@ grpo_args() {
   require_choice OLD_LOG_PROB_PASS "$OLD_LOG_PROB_PASS" auto always
   # How verl's PPO loss cuts each response's log-probs out of the packed forward, every micro batch. verl: sample
   # by sample with indices read back from the GPU (~3 synchronizations per sample); gather: one gather on the device,
-  # the same values and gradients (verl_ext/response_cut.py). Not yet measured on a GPU, so verl's stays the default.
+  # the same values and gradients (verl_ext/response_cut.py). One fair H100 smoke pair (update 0.619 vs 0.717 s,
+  # docs/speed.md 0p), not yet at the realistic load, so verl's stays the default.
   : "${LOSS_RESPONSE_CUT:=verl}"
   require_choice LOSS_RESPONSE_CUT "$LOSS_RESPONSE_CUT" verl gather
   # 1: freeze the Python heap start-up built in verl's actor worker (after its model build and its first update)
