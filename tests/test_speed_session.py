@@ -317,6 +317,7 @@ def test_next_session_plans_runs_compose_and_pass_preflight():
                 ("verl_ext.launch.on_policy_update", env.get("OLD_LOG_PROB_PASS", OLD_LOG_PROB_PASS_DEFAULT) == "auto"),
                 ("verl_ext.launch.response_cut", env.get("LOSS_RESPONSE_CUT") == "gather"),
                 ("verl_ext.launch.gc_freeze", env.get("GC_FREEZE", "1") == "1"),
+                ("verl_ext.launch.vllm_idle_spin", bool(env.get("ROLLOUT_IDLE_SPIN_S"))),
             ) if on]
             assert env_vars.get("VERL_USE_EXTERNAL_MODULES") == (",".join(modules) or None), (name, env)
     assert {"driver", "oneunit", "both", "fork", "all", "pass", "auto", "cut", "fsdp1", "fsdp1b", "nofreeze", "poll",

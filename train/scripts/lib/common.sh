@@ -160,6 +160,14 @@ grpo_args() {
   # the H100 smoke runs' update jumped 0.4-0.6 s at steps 3 and 12-13 (verl_ext/gc_freeze.py). 0: Python's default.
   : "${GC_FREEZE:=1}"
   require_choice GC_FREEZE "$GC_FREEZE" 0 1
+  # Seconds vLLM's shared-memory queue readers (its GPU worker) busy-loop after a read before they sleep; unset:
+  # vLLM's 1 s, during which the worker spins through the smoke step's update and sync (verl_ext/launch/vllm_idle_spin.py;
+  # not measured yet, so not a default)
+  : "${ROLLOUT_IDLE_SPIN_S:=}"
+  if [[ -n "$ROLLOUT_IDLE_SPIN_S" && ! "$ROLLOUT_IDLE_SPIN_S" =~ ^[0-9]+(\.[0-9]+)?$ ]]; then
+    echo "ROLLOUT_IDLE_SPIN_S must be a number of seconds >= 0 (or unset for vLLM's 1 s); got '$ROLLOUT_IDLE_SPIN_S'" >&2
+    exit 2
+  fi
   : "${GRADIENT_CHECKPOINTING:=1}" "${ACTOR_MODEL_DTYPE:=fp32}"
   : "${N_GPUS_PER_NODE:=1}" "${NNODES:=1}" "${TENSOR_PARALLEL_SIZE:=1}"
   : "${PROJECT_NAME:=verl-ext}" "${EXPERIMENT_NAME:=${TASK_NAME}-${RUN_PROFILE}}"
@@ -334,6 +342,10 @@ grpo_args() {
   [[ "$OLD_LOG_PROB_PASS" == auto ]] && modules="${modules:+$modules,}verl_ext.launch.on_policy_update"
   [[ "$LOSS_RESPONSE_CUT" == gather ]] && modules="${modules:+$modules,}verl_ext.launch.response_cut"
   [[ "$GC_FREEZE" == 1 ]] && modules="${modules:+$modules,}verl_ext.launch.gc_freeze"
+  if [[ -n "$ROLLOUT_IDLE_SPIN_S" ]]; then
+    modules="${modules:+$modules,}verl_ext.launch.vllm_idle_spin"
+    ARGS+=(+ray_kwargs.ray_init.runtime_env.env_vars.VERL_EXT_VLLM_IDLE_SPIN_S="'$ROLLOUT_IDLE_SPIN_S'")
+  fi
   if [[ "$modules" != "${VERL_USE_EXTERNAL_MODULES:-}" ]]; then
     [[ "$modules" == *,* ]] && modules="'$modules'"
     ARGS+=(+ray_kwargs.ray_init.runtime_env.env_vars.VERL_USE_EXTERNAL_MODULES="$modules")
