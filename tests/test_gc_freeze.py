@@ -14,6 +14,7 @@ import pytest
 
 from bench_scripts import load_bench_script
 from test_train_scripts import runtime_env_modules
+from stand_ins import write_stand_in
 from verl_ext import gc_freeze
 
 gc_pauses = load_bench_script("gc_pauses")
@@ -178,11 +179,7 @@ class GPUModelRunner:
 
 @pytest.mark.parametrize("cudagraph_gc, kept_frozen", [("0", True), ("1", False)])
 def test_vllms_graph_capture_leaves_the_heap_frozen(tmp_path, cudagraph_gc, kept_frozen):
-    package = tmp_path / "stand_in" / "vllm" / "v1" / "worker"
-    package.mkdir(parents=True)
-    for folder in (package, package.parent, package.parent.parent):
-        (folder / "__init__.py").touch()
-    (package / "gpu_model_runner.py").write_text(textwrap.dedent(RUNNER_STAND_IN))
+    write_stand_in(tmp_path / "stand_in", gc_freeze.VLLM_RUNNER_MODULE, RUNNER_STAND_IN)
     child = run_child("""
         import gc, json
         import verl

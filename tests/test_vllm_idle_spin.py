@@ -13,7 +13,6 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 import types
 
 import pytest
@@ -23,6 +22,7 @@ from verl_ext.launch import vllm_idle_spin
 from verl_ext.launch.preflight import compose
 
 from test_train_scripts import REPO, dry_run, overrides_of
+from stand_ins import write_stand_in
 
 SHM_STAND_IN = '''
 """Stand-in for vllm/distributed/device_communicators/shm_broadcast.py (vLLM 0.24): SpinCondition's wait."""
@@ -58,11 +58,7 @@ print(json.dumps({"reader": reader.wait(timeout_ms=5), "busy_loop_s": reader.bus
 
 
 def run_child(tmp_path, **env: str) -> subprocess.CompletedProcess:
-    package = tmp_path / "stand_in" / "vllm" / "distributed" / "device_communicators"
-    package.mkdir(parents=True, exist_ok=True)
-    for folder in (package, package.parent, package.parent.parent):
-        (folder / "__init__.py").touch()
-    (package / "shm_broadcast.py").write_text(textwrap.dedent(SHM_STAND_IN))
+    write_stand_in(tmp_path / "stand_in", vllm_idle_spin.SHM_MODULE, SHM_STAND_IN)
     environ = {key: value for key, value in os.environ.items() if key != vllm_idle_spin.ENV}
     environ.update(PYTHONPATH=f"{tmp_path / 'stand_in'}{os.pathsep}{REPO}",
                    VERL_USE_EXTERNAL_MODULES="verl_ext.launch.vllm_idle_spin", **env)

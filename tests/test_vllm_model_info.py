@@ -14,7 +14,6 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 import time
 
 import pytest
@@ -22,6 +21,7 @@ import pytest
 from verl_ext.launch import ppo_main, vllm_model_info
 
 from test_train_scripts import REPO, dry_run
+from stand_ins import write_stand_in
 
 REGISTRY_STAND_IN = '''
 """Stand-in for vllm/model_executor/models/registry.py (vLLM 0.24): _try_inspect_model_cls and its cache file."""
@@ -52,11 +52,7 @@ CACHE_FILE = "vllm-model_executor-models-qwen2-Qwen2ForCausalLM.json"
 @pytest.fixture
 def stand_in(tmp_path, monkeypatch):
     """A checkpoint folder naming Qwen2ForCausalLM, the stand-in registry on PYTHONPATH and an empty vLLM cache."""
-    package = tmp_path / "stand_in" / "vllm" / "model_executor" / "models"
-    package.mkdir(parents=True)
-    for folder in (package, package.parent, package.parent.parent):
-        (folder / "__init__.py").touch()
-    (package / "registry.py").write_text(textwrap.dedent(REGISTRY_STAND_IN))
+    write_stand_in(tmp_path / "stand_in", "vllm.model_executor.models.registry", REGISTRY_STAND_IN)
     model = tmp_path / "model"
     model.mkdir()
     (model / "config.json").write_text(json.dumps({"architectures": ["Qwen2ForCausalLM", "NotInVllm"]}))

@@ -16,7 +16,6 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -27,6 +26,7 @@ from verl_ext.launch import vllm_worker_fork
 from verl_ext.launch.preflight import compose
 
 from test_train_scripts import REPO, dry_run, overrides_of
+from stand_ins import write_stand_in
 
 STAND_IN = '''
 """Stand-in for vllm/v1/engine/utils.py (vLLM 0.24): the names and start-up order the patch relies on."""
@@ -90,11 +90,7 @@ print(json.dumps(result))
 
 def launch(tmp_path: Path, modules: str | None, **env: str) -> tuple[dict, str]:
     """Run the stand-in launch in a fresh interpreter that plays verl's server actor; its report and output."""
-    package = tmp_path / "stand_in" / "vllm" / "v1" / "engine"
-    package.mkdir(parents=True, exist_ok=True)
-    for folder in (package, package.parent, package.parent.parent):
-        (folder / "__init__.py").touch()
-    (package / "utils.py").write_text(textwrap.dedent(STAND_IN))
+    write_stand_in(tmp_path / "stand_in", "vllm.v1.engine.utils", STAND_IN)
     environ = {key: value for key, value in os.environ.items()
                if key not in ("VERL_USE_EXTERNAL_MODULES", "VLLM_WORKER_MULTIPROC_METHOD")}
     environ.update(PYTHONPATH=f"{tmp_path / 'stand_in'}{os.pathsep}{REPO}", STAND_IN_RAY_ACTOR="1", **env)

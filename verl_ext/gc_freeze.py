@@ -89,7 +89,7 @@ def freeze_start_up(reason: str | None = None) -> int:
     gc.freeze()
     frozen = gc.get_freeze_count() - before
     if reason is not None:
-        print(f"{MARK} at {reason}: {frozen:,} objects frozen, no collection", file=sys.stderr, flush=True)
+        print(f"{MARK} at {reason}: {frozen:,} objects frozen", file=sys.stderr, flush=True)
     return frozen
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import os
 import sys
+from collections.abc import Mapping
 from types import ModuleType
 from typing import Any
 
@@ -30,7 +31,7 @@ PATCHED = "_verl_ext_idle_spin"
 MARK = "[verl-ext] vLLM idle spin"
 
 
-def idle_spin_seconds(environ: dict[str, str] | os._Environ = os.environ) -> float | None:
+def idle_spin_seconds(environ: Mapping[str, str] = os.environ) -> float | None:
     """The seconds ``VERL_EXT_VLLM_IDLE_SPIN_S`` sets (None when unset); a value that is not a number >= 0 raises."""
     given = environ.get(ENV, "").strip()
     if not given:
