@@ -1,4 +1,5 @@
-"""Time verl's two fused log-prob implementations on one packed micro batch: ``torch`` and ``triton``.
+"""Time verl's two fused log-prob implementations on one packed micro batch: ``torch`` and ``triton``; and verl's
+``torch`` one run at the response positions only (``torch-responses``, ``LM_HEAD_POSITIONS=response``).
 
 verl's FSDP engine takes the token log-probs of the update from the last hidden states and the LM head in one
 fused function when ``model.use_fused_kernels=True`` (our default, ``USE_FUSED_KERNELS=1``). Its
@@ -10,13 +11,18 @@ fused function when ``model.use_fused_kernels=True`` (our default, ``USE_FUSED_K
 - ``triton``: ``verl.utils.kernel.linear_cross_entropy.linear_cross_entropy``, Triton kernels that never hold the
   logits in GPU memory (CUDA only).
 
-This calls those two functions, as verl's patched ``forward`` does (hidden ``(1, T, H)``, labels ``(1, T)``),
+- ``torch-responses``: verl's ``torch`` function through ``verl_ext.response_logits.head_at_responses``, on the
+  rows that predict a response token only, for packed sequences of ``--layout PROMPT:RESPONSE`` tokens each
+  (default 145:60, the smoke load's means); the loss reads those positions on every backend.
+
+This calls those functions, as verl's patched ``forward`` does (hidden ``(1, T, H)``, labels ``(1, T)``),
 with a GRPO-shaped loss (log-probs times a +-1 advantage; the entropy output unused, as with ``entropy_coeff=0``)
 and reports per token budget and backend: forward time, forward + backward time, peak memory, and how far the
 log-probs and the hidden-state gradient are from an exact fp32 log-softmax of the full logits on the first
 ``--check-tokens`` tokens.
 
     python bench/fused_logprob_bench.py --tokens 16384,65536 --out fused_logprob.json          # on a GPU
+    python bench/fused_logprob_bench.py --backends torch,torch-responses --tokens 13128 --layout 145:60
     python bench/fused_logprob_bench.py --device cpu --backends torch --tokens 256 --vocab 1024 --hidden 128
 """
 
@@ -31,7 +37,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-BACKENDS = ("torch", "triton")
+BACKENDS = ("torch", "triton", "torch-responses")
 # Qwen2.5-0.5B: hidden 896, vocab 151936 (the LM head verl's update multiplies with)
 DEFAULT_HIDDEN = 896
 DEFAULT_VOCAB = 151936
@@ -49,9 +55,44 @@ class Result:
     error: str = ""
 
 
-def fused_function(backend: str) -> Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]:
+def response_layout(tokens: int, prompt: int, response: int, device: torch.device):
+    """``verl_ext.response_logits.ResponseLayout`` of ``tokens`` packed as sequences of ``prompt + response`` tokens
+    (the last one cut short: its response shrinks first)."""
+    from verl_ext.response_logits import ResponseLayout
+
+    sequence_ends = list(range(prompt + response, tokens, prompt + response)) + [tokens]
+    sequence_offsets = torch.tensor([0, *sequence_ends], device=device)
+    lengths = (sequence_offsets.diff() - prompt).clamp(0, response)
+    response_offsets = torch.cat([torch.zeros(1, dtype=torch.long, device=device), lengths.cumsum(0)])
+    return ResponseLayout(sequence_offsets, response_offsets, tokens, int(response_offsets[-1]))
+
+
+def response_mask(tokens: int, prompt: int, response: int, device: torch.device) -> torch.Tensor:
+    """1 at the positions that predict a response token of ``response_layout``'s sequences, else 0."""
+    from verl_ext.response_cut import response_index
+
+    layout = response_layout(tokens, prompt, response, device)
+    mask = torch.zeros(1, tokens, device=device)
+    mask[0, response_index(layout.sequence_offsets, layout.response_offsets, layout.response_tokens)] = 1
+    return mask
+
+
+def fused_function(backend: str, layout: tuple[int, int] = (145, 60)) \
+        -> Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]:
     """verl's fused log-prob function for ``backend``: (hidden (1, T, H), weight (V, H), labels (1, T)) -> (1, T)
     token log-probs in fp32."""
+    if backend == "torch-responses":
+        from verl.utils.experimental.torch_functional import FusedLinearForPPO
+
+        from verl_ext.response_logits import head_at_responses
+
+        fused = FusedLinearForPPO(impl_backend="torch")
+
+        def at_responses(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+            where = response_layout(labels.shape[-1], *layout, hidden.device)
+            return head_at_responses(where, fused.forward, hidden, weight, labels, 1.0)[0]
+
+        return at_responses
     if backend == "torch":
         from verl.utils.experimental.torch_functional import FusedLinearForPPO
 
@@ -93,9 +134,10 @@ def time_backend(backend: str, tokens: int, args: argparse.Namespace, device: to
     result = Result(backend, tokens)
     dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float32
     try:
-        fn = fused_function(backend)
+        fn = fused_function(backend, args.layout)
         hidden, weight, labels, advantages = make_inputs(tokens, args.hidden, args.vocab, device, dtype,
                                                          args.weight_grad, args.seed)
+        advantages = advantages * response_mask(tokens, *args.layout, device)  # the loss reads responses only
         forward_times, step_times = [], []
         if device.type == "cuda":
             torch.cuda.empty_cache()
@@ -124,7 +166,8 @@ def time_backend(backend: str, tokens: int, args: argparse.Namespace, device: to
         exact_leaf = hidden[:, :check].detach().float().requires_grad_(True)
         exact = exact_log_probs(exact_leaf[0], weight.detach(), labels[0, :check])
         (-(exact * advantages[0, :check]).sum()).backward()
-        result.logprob_max_abs_err = (got - exact.detach()).abs().max().item()
+        read = advantages[0, :check] != 0  # the positions the loss reads (torch-responses leaves 0 elsewhere)
+        result.logprob_max_abs_err = (got - exact.detach())[read].abs().max().item()
         exact_grad = exact_leaf.grad[0]
         result.grad_max_rel_err = ((grad - exact_grad).abs().max() / exact_grad.abs().max().clamp_min(1e-30)).item()
     except Exception as exc:  # a backend that cannot run here is reported, not fatal
@@ -142,6 +185,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                         help="of the hidden states and the LM head (FSDP2 computes in bf16)")
     parser.add_argument("--weight-grad", action="store_true", help="the LM head trains too (full fine-tune)")
     parser.add_argument("--check-tokens", type=int, default=1024, help="tokens compared with the exact log-softmax")
+    parser.add_argument("--layout", default="145:60",
+                        help="PROMPT:RESPONSE tokens of each packed sequence; the loss reads the response positions "
+                             "(default: the smoke load's means)")
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--iters", type=int, default=5)
     parser.add_argument("--seed", type=int, default=0)
@@ -154,6 +200,16 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         parser.error(f"--tokens: expected comma-separated integers, got {args.tokens!r}")
     if not args.token_budgets or min(args.token_budgets) < 1:
         parser.error(f"--tokens: each budget must be a positive integer, got {args.tokens!r}")
+    layout = args.layout
+    try:
+        args.layout = tuple(int(n) for n in layout.split(":"))
+    except ValueError:
+        args.layout = ()
+    if len(args.layout) != 2 or min(args.layout) < 1:
+        parser.error(f"--layout: expected PROMPT:RESPONSE, two positive integers, got {layout!r}")
+    if min(args.token_budgets) <= args.layout[0]:
+        parser.error(f"--tokens: each budget must hold one prompt of --layout {layout} and a response token, "
+                     f"got {args.tokens!r}")
     args.backend_list = [b.strip() for b in args.backends.split(",") if b.strip()]
     unknown = sorted(set(args.backend_list) - set(BACKENDS))
     if unknown or not args.backend_list:

@@ -26,6 +26,20 @@ LOSSES_MODULE = "verl.workers.utils.losses"
 _PATCHED = "_verl_ext_response_cut"
 
 
+def response_index(sequence_offsets: Any, response_offsets: Any, response_tokens: int) -> Any:
+    """Packed positions whose next-token value is a response token's: sample i's response of ``len_i`` tokens ends
+    its sequence at ``end_i``, so its values sit at ``end_i - len_i - 1 .. end_i - 2``. One index built on the
+    device from the two offsets, no read back (``response_tokens``, the responses' total, is known on the host).
+    Needs ``prompt_len_i > 0``, as verl's ``no_padding_2_padding`` asserts."""
+    import torch
+
+    lengths = response_offsets.diff()
+    sample = torch.repeat_interleave(torch.arange(lengths.shape[0], device=lengths.device), lengths,
+                                     output_size=response_tokens)
+    position = torch.arange(response_tokens, device=lengths.device) - response_offsets[:-1][sample]
+    return (sequence_offsets[1:] - 1 - lengths)[sample] + position
+
+
 def response_values(sequence_values: Any, response_mask: Any) -> Any:
     """The response part of each sequence's per-token values, as verl's ``response_from_nested`` cuts it.
 
@@ -37,14 +51,9 @@ def response_values(sequence_values: Any, response_mask: Any) -> Any:
     """
     import torch
 
-    values, offsets = sequence_values.values(), sequence_values.offsets()
-    response_offsets = response_mask.offsets()
-    lengths = response_offsets.diff()
+    values, response_offsets = sequence_values.values(), response_mask.offsets()
     tokens = response_mask.values().shape[0]  # known on the host: no read of the offsets
-    sample = torch.repeat_interleave(torch.arange(lengths.shape[0], device=lengths.device), lengths,
-                                     output_size=tokens)
-    position = torch.arange(tokens, device=lengths.device) - response_offsets[:-1][sample]
-    index = (offsets[1:] - 1 - lengths)[sample] + position
+    index = response_index(sequence_values.offsets(), response_offsets, tokens)
     # verl's function builds fresh offsets (as_nested_tensor); the cached length bounds spare a read later
     return torch.nested.nested_tensor_from_jagged(
         values[index], offsets=response_offsets.clone(),

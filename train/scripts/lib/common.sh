@@ -154,6 +154,12 @@ grpo_args() {
   # docs/speed.md 0p), not yet at the realistic load, so verl's stays the default.
   : "${LOSS_RESPONSE_CUT:=verl}"
   require_choice LOSS_RESPONSE_CUT "$LOSS_RESPONSE_CUT" verl gather
+  # Where verl's fused LM head computes logits and log-probs. all: every packed token, prompts included (verl's);
+  # response: only the positions that predict a response token, the only ones any loss or metric reads (TRL's
+  # logits_to_keep; verl_ext/response_logits.py; 71 % of the smoke load's tokens are prompt tokens). Not measured on
+  # a GPU yet, so verl's stays the default. Needs USE_FUSED_KERNELS=1 with the torch backend (else verl's head).
+  : "${LM_HEAD_POSITIONS:=all}"
+  require_choice LM_HEAD_POSITIONS "$LM_HEAD_POSITIONS" all response
   # 1: freeze the Python heap start-up built in verl's actor worker (after its model build and its first update)
   # and in the trainer (when training begins), so that Python's full garbage collections stop walking it: one took
   # 0.24-0.37 s in a process with verl's worker imports, ~1 ms with the heap frozen (bench/gc_pause_bench.py), and
@@ -341,6 +347,7 @@ grpo_args() {
   [[ "$ROLLOUT_WORKER_START" == fork ]] && modules="${modules:+$modules,}verl_ext.launch.vllm_worker_fork"
   [[ "$OLD_LOG_PROB_PASS" == auto ]] && modules="${modules:+$modules,}verl_ext.launch.on_policy_update"
   [[ "$LOSS_RESPONSE_CUT" == gather ]] && modules="${modules:+$modules,}verl_ext.launch.response_cut"
+  [[ "$LM_HEAD_POSITIONS" == response ]] && modules="${modules:+$modules,}verl_ext.launch.response_logits"
   [[ "$GC_FREEZE" == 1 ]] && modules="${modules:+$modules,}verl_ext.launch.gc_freeze"
   if [[ -n "$ROLLOUT_IDLE_SPIN_S" ]]; then
     modules="${modules:+$modules,}verl_ext.launch.vllm_idle_spin"
