@@ -187,7 +187,8 @@ def test_verls_update_and_log_prob_pass_with_the_head_at_responses():
     assert all(float(diff) <= 1e-5 for diff in lines["LOGPROB_DIFF"].split())
 
 
-def test_script_loads_the_patch_only_when_asked():
+def test_script_loads_the_patch_by_default_and_not_with_all():
+    assert "verl_ext.launch.response_logits" in runtime_env_modules()
     assert "verl_ext.launch.response_logits" in runtime_env_modules(LM_HEAD_POSITIONS="response")
     assert "verl_ext.launch.response_logits" not in (runtime_env_modules(LM_HEAD_POSITIONS="all") or "")
     bad = subprocess.run(["bash", str(TESTS.parent / "train/scripts/openspiel-ppo.sh"), "--dry-run"],

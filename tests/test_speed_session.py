@@ -299,7 +299,7 @@ def test_next_session_plans_runs_compose_and_pass_preflight():
     labels = set()
     for name in ("next-session.plan", "one-machine.plan", "startup-overlap.plan", "startup-fork.plan",
                  "startup-confirm.plan", "on-policy.plan", "phases.plan", "smoke-fsdp1.plan", "smoke-levers.plan", "startup-freeze.plan", "first-run.plan",
-                 "lm-head.plan"):
+                 "lm-head.plan", "loss-cut.plan"):
         runs = [split_command(argv) for argv in plan(SPEED_PLAN_FILE=f"bench/plans/{name}")
                 if "bench/train_speed.sh" in argv]  # not the `bench SCRIPT` lines (test_every_tracked_plan_is_valid)
         ours = [(env, args) for env, (_, what), args in runs if what == "ours"]
@@ -317,7 +317,7 @@ def test_next_session_plans_runs_compose_and_pass_preflight():
                 ("verl_ext.launch.vllm_worker_fork", env.get("ROLLOUT_WORKER_START", "fork") == "fork"),
                 ("verl_ext.launch.on_policy_update", env.get("OLD_LOG_PROB_PASS", OLD_LOG_PROB_PASS_DEFAULT) == "auto"),
                 ("verl_ext.launch.response_cut", env.get("LOSS_RESPONSE_CUT") == "gather"),
-                ("verl_ext.launch.response_logits", env.get("LM_HEAD_POSITIONS") == "response"),
+                ("verl_ext.launch.response_logits", env.get("LM_HEAD_POSITIONS", "response") == "response"),
                 ("verl_ext.launch.gc_freeze", env.get("GC_FREEZE", "1") == "1"),
                 ("verl_ext.launch.vllm_idle_spin", bool(env.get("ROLLOUT_IDLE_SPIN_S"))),
             ) if on]

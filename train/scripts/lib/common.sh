@@ -154,11 +154,12 @@ grpo_args() {
   # docs/speed.md 0p), not yet at the realistic load, so verl's stays the default.
   : "${LOSS_RESPONSE_CUT:=verl}"
   require_choice LOSS_RESPONSE_CUT "$LOSS_RESPONSE_CUT" verl gather
-  # Where verl's fused LM head computes logits and log-probs. all: every packed token, prompts included (verl's);
-  # response: only the positions that predict a response token, the only ones any loss or metric reads (TRL's
-  # logits_to_keep; verl_ext/response_logits.py; 71 % of the smoke load's tokens are prompt tokens). Not measured on
-  # a GPU yet, so verl's stays the default. Needs USE_FUSED_KERNELS=1 with the torch backend (else verl's head).
-  : "${LM_HEAD_POSITIONS:=all}"
+  # Where verl's fused LM head computes logits and log-probs. response: only the positions that predict a response
+  # token, the only ones any loss or metric reads (TRL's logits_to_keep; verl_ext/response_logits.py): H100 smoke
+  # update 0.553 / 0.651 -> 0.479 / 0.476 s in two pairs, the head alone 0.132 -> 0.040 s per 13k-token micro batch
+  # (docs/speed.md 0r). all: every packed token, prompts included (verl's). Needs USE_FUSED_KERNELS=1 with the
+  # torch backend (else verl's head runs as before).
+  : "${LM_HEAD_POSITIONS:=response}"
   require_choice LM_HEAD_POSITIONS "$LM_HEAD_POSITIONS" all response
   # 1: freeze the Python heap start-up built in verl's actor worker (after its model build and its first update)
   # and in the trainer (when training begins), so that Python's full garbage collections stop walking it: one took
