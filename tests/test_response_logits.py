@@ -89,11 +89,11 @@ def test_head_runs_on_the_response_rows_only():
     assert rows == [layout.response_tokens] and layout.response_tokens < layout.sequence_tokens
 
 
-def fused_micro_batch(**flags):
+def fused_micro_batch(prompt_lens=(4, 3), **flags):
     seqs = [torch.arange(7), torch.arange(5)]
     non_tensor = {"use_remove_padding": True, "use_fused_kernels": True, **flags}
-    return tu.get_tensordict({"input_ids": nested(seqs), "responses": nested([seqs[0][4:], seqs[1][3:]])},
-                             non_tensor_dict=non_tensor)
+    return tu.get_tensordict({"input_ids": nested(seqs), "prompts": nested([s[:p] for s, p in zip(seqs, prompt_lens)]),
+                              "responses": nested([seqs[0][4:], seqs[1][3:]])}, non_tensor_dict=non_tensor)
 
 
 def test_layout_only_where_verls_head_sees_the_whole_packed_sequence():
@@ -105,9 +105,10 @@ def test_layout_only_where_verls_head_sees_the_whole_packed_sequence():
     assert response_logits.layout_of(engine, fused_micro_batch(use_remove_padding=False)) is None
     assert response_logits.layout_of(engine, fused_micro_batch(distillation_use_topk=True)) is None
     assert response_logits.layout_of(types.SimpleNamespace(use_ulysses_sp=True), fused_micro_batch()) is None
-    no_responses = tu.get_tensordict({"input_ids": nested([torch.arange(4)])},
-                                     non_tensor_dict={"use_remove_padding": True, "use_fused_kernels": True})
-    assert response_logits.layout_of(engine, no_responses) is None
+    sft = tu.get_tensordict({"input_ids": nested([torch.arange(4)]), "loss_mask": nested([torch.ones(4)])},
+                            non_tensor_dict={"use_remove_padding": True, "use_fused_kernels": True})
+    assert response_logits.layout_of(engine, sft) is None  # no prompts/responses: verl's head everywhere
+    assert response_logits.layout_of(engine, fused_micro_batch(prompt_lens=(3, 3))) is None  # 3 + 3 != 7
 
 
 ENGINE_STEP = CPU_ACTOR_ENGINE.replace(

@@ -12,7 +12,8 @@ prompt positions; at the realistic load (~330-token responses) about 30 %.
 
 - ``FSDPEngineWithLMHead.forward_step`` records, for the micro batch it runs, where each response's log-probs sit
   in the packed sequence (when the micro batch is padding-free, fused, without Ulysses sequence parallelism or
-  top-k distillation, and carries its ``responses``; otherwise nothing, and verl's head runs as before).
+  top-k distillation, and each packed sequence is its ``prompts`` row then its ``responses`` row; otherwise
+  nothing, and verl's head runs as before: an SFT batch, for one, has no ``responses``).
 - ``FusedLinearForPPO.forward`` (verl's ``torch`` and ``liger`` backends) then runs verl's own head on those rows
   only and puts the results back at their packed positions; the other positions hold 0. The response values and
   the gradients are verl's, up to the rounding of matrix products over fewer rows.
@@ -63,13 +64,15 @@ def layout_of(engine: Any, micro_batch: Any) -> ResponseLayout | None:
             or flag("distillation_use_topk", False) or getattr(engine, "use_ulysses_sp", False):
         return None
     keys = micro_batch.keys()
-    if "input_ids" not in keys or "responses" not in keys:
+    if not all(key in keys for key in ("input_ids", "prompts", "responses")):
+        return None  # e.g. an SFT batch, whose loss reads the log-probs wherever its loss_mask says
+    sequences, prompts, responses = micro_batch["input_ids"], micro_batch["prompts"], micro_batch["responses"]
+    if not all(getattr(tensor, "is_nested", False) for tensor in (sequences, prompts, responses)):
         return None
-    sequences, responses = micro_batch["input_ids"], micro_batch["responses"]
-    if not (getattr(sequences, "is_nested", False) and getattr(responses, "is_nested", False)):
-        return None
-    return ResponseLayout(sequences.offsets(), responses.offsets(), int(sequences.values().shape[0]),
-                          int(responses.values().shape[0]))
+    sequence_tokens, response_tokens = int(sequences.values().shape[0]), int(responses.values().shape[0])
+    if int(prompts.values().shape[0]) + response_tokens != sequence_tokens:
+        return None  # not prompt + response per sample: keep verl's head over every position
+    return ResponseLayout(sequences.offsets(), responses.offsets(), sequence_tokens, response_tokens)
 
 
 def head_at_responses(layout: ResponseLayout, head: Callable[..., tuple[Any, Any]], hidden_states: Any,
