@@ -89,7 +89,8 @@ def fused_function(backend: str, layout: tuple[int, int] = (145, 60)) \
         fused = FusedLinearForPPO(impl_backend="torch")
 
         def at_responses(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-            where = response_layout(labels.shape[-1], *layout, hidden.device)
+            # on the host, as verl's offsets come: no read back from the GPU inside the timed call
+            where = response_layout(labels.shape[-1], *layout, torch.device("cpu"))
             return head_at_responses(where, fused.forward, hidden, weight, labels, 1.0)[0]
 
         return at_responses
