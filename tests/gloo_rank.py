@@ -51,7 +51,8 @@ FSDP2_LORA_ENGINE = textwrap.dedent("""
 """)
 
 # verl 0.9.1's FSDP actor engine around a tiny Qwen2 (torch_varlen, padding-free), as far as its training step
-# needs, on one gloo CPU rank: leaves `engine`, `model`, `nested` (a jagged nested tensor from a list) and verl's
+# needs, on one gloo CPU rank: leaves `engine`, `model`, `nested` (a jagged nested tensor from a list),
+# `ppo_micro_batch` (verl's padding-free PPO micro batch) and verl's
 # `losses`, `tu`, `compose`, `omega_conf_to_dataclass` for the script that follows. The tests directory is the
 # child's first argument. A script that loads modules through VERL_USE_EXTERNAL_MODULES sets it before this.
 CPU_ACTOR_ENGINE = textwrap.dedent("""
@@ -79,6 +80,21 @@ CPU_ACTOR_ENGINE = textwrap.dedent("""
     engine.scaler, engine.engine_config = None, types.SimpleNamespace(use_no_sync_for_gradient_accumulation=False)
     engine.get_data_parallel_group, engine.get_data_parallel_size = (lambda: dist.group.WORLD), (lambda: 1)
     nested = lambda ts: torch.nested.as_nested_tensor(ts, layout=torch.jagged)
+
+    # verl's padding-free PPO micro batch: seqs[i] is lengths[i] = (prompt, response) tokens, every response token
+    # trained on, with old log-prob `old_log_prob` and advantage advantages[i]; `non_tensor` adds to or overrides
+    # the flags
+    def ppo_micro_batch(seqs, lengths, advantages, old_log_prob, **non_tensor):
+        return tu.get_tensordict({
+            "input_ids": nested(seqs), "position_ids": nested([torch.arange(len(s)) for s in seqs]),
+            "prompts": nested([s[:p] for s, (p, _) in zip(seqs, lengths)]),
+            "responses": nested([s[p:] for s, (p, _) in zip(seqs, lengths)]),
+            "response_mask": nested([torch.ones(r, dtype=torch.long) for _, r in lengths]),
+            "loss_mask": nested([torch.ones(r, dtype=torch.long) for _, r in lengths]),
+            "old_log_probs": nested([torch.full((r,), float(old_log_prob)) for _, r in lengths]),
+            "advantages": nested([torch.full((r,), float(a)) for (_, r), a in zip(lengths, advantages)])},
+            non_tensor_dict={"use_remove_padding": True, "use_dynamic_bsz": True, "temperature": 1.0,
+                             "global_batch_size": len(seqs), **non_tensor})
 """)
 
 def free_port() -> str:

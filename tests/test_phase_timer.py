@@ -89,16 +89,8 @@ UPDATE_IN_VERL = ('import os\nos.environ["VERL_USE_EXTERNAL_MODULES"] = "verl_ex
     g = torch.Generator().manual_seed(3)
     lengths = [(4, 5), (6, 2), (3, 7), (5, 4)]
     seqs = [torch.randint(0, 64, (p + r,), generator=g) for p, r in lengths]
-    data = tu.get_tensordict({
-        "input_ids": nested(seqs), "position_ids": nested([torch.arange(len(s)) for s in seqs]),
-        "prompts": nested([s[:p] for s, (p, _) in zip(seqs, lengths)]),
-        "responses": nested([s[p:] for s, (p, _) in zip(seqs, lengths)]),
-        "response_mask": nested([torch.ones(r, dtype=torch.long) for _, r in lengths]),
-        "loss_mask": nested([torch.ones(r, dtype=torch.long) for _, r in lengths]),
-        "old_log_probs": nested([torch.zeros(r) for _, r in lengths]),
-        "advantages": nested([torch.full((r,), 0.5) for _, r in lengths])},
-        non_tensor_dict={"use_remove_padding": True, "use_dynamic_bsz": True, "max_token_len_per_gpu": 20,
-                         "temperature": 1.0, "global_batch_size": 4, "calculate_entropy": False})
+    data = ppo_micro_batch(seqs, lengths, [0.5] * len(lengths), 0.0, max_token_len_per_gpu=20,
+                           calculate_entropy=False)
 
     def train_mini_batch(data):  # the worker's update: verl's micro batching, forward, loss and backward
         output = engine.forward_backward_batch(data, loss_function=functools.partial(losses.ppo_loss, config=actor_config))

@@ -146,16 +146,8 @@ ENGINE_STEP = FUSED_ENGINE + textwrap.dedent("""
     lengths = [(9, 5), (12, 2), (8, 7), (10, 4), (7, 6)]
     seqs = [torch.randint(0, 64, (p + r,), generator=g) for p, r in lengths]
     def batch(**flags):
-        return tu.get_tensordict({
-            "input_ids": nested(seqs), "position_ids": nested([torch.arange(len(s)) for s in seqs]),
-            "prompts": nested([s[:p] for s, (p, _) in zip(seqs, lengths)]),
-            "responses": nested([s[p:] for s, (p, _) in zip(seqs, lengths)]),
-            "response_mask": nested([torch.ones(r, dtype=torch.long) for _, r in lengths]),
-            "loss_mask": nested([torch.ones(r, dtype=torch.long) for _, r in lengths]),
-            "old_log_probs": nested([torch.full((r,), -4.0) for _, r in lengths]),
-            "advantages": nested([torch.full((r,), a) for (_, r), a in zip(lengths, [1.0, -0.5, 0.7, -1.2, 0.2])])},
-            non_tensor_dict={"use_remove_padding": True, "use_dynamic_bsz": True, "max_token_len_per_gpu": 40,
-                             "use_fused_kernels": True, "temperature": 1.0, "global_batch_size": 5, **flags})
+        return ppo_micro_batch(seqs, lengths, [1.0, -0.5, 0.7, -1.2, 0.2], -4.0, max_token_len_per_gpu=40,
+                               use_fused_kernels=True, **flags)
 
     def step():
         model.zero_grad()
