@@ -37,6 +37,7 @@ class Variant(NamedTuple):
     checkpointing: bool  # model.enable_gradient_checkpointing
     reshard_after_forward: bool = True  # fsdp_config.reshard_after_forward (verl's default True)
     wrap_layers: bool = True  # fully_shard each decoder layer too, or the root alone (one FSDP unit)
+    compiled: bool = False  # torch.compile each decoder layer's forward (verl_ext.compiled_layers, ACTOR_COMPILE)
 
 
 VARIANTS: dict[str, Variant] = {
@@ -58,6 +59,9 @@ VARIANTS: dict[str, Variant] = {
     # one FSDP unit for the whole model (verl: fsdp_config.wrap_policy.transformer_layer_cls_to_wrap naming no
     # class): no per-layer hooks, the whole bf16 copy unsharded through forward and backward
     "packed_varlen_root_only": Variant("fp32", True, True, "torch_varlen", True, wrap_layers=False),
+    # verl's layout with each decoder layer compiled (ACTOR_COMPILE=layers); the warm-up steps compile
+    "packed_varlen_compiled": Variant("fp32", True, True, "torch_varlen", True, compiled=True),
+    "no_fsdp_bf16_packed_varlen_compiled": Variant("bf16", False, True, "torch_varlen", True, compiled=True),
 }
 OPTIONAL_VARIANTS: dict[str, Variant] = {
     # torch.compile of flex attention ran for minutes on the H100 before the first step: opt-in only
@@ -75,6 +79,7 @@ class Result:
     tokens_per_s: float
     peak_memory_gb: float
     cpu_ops: int = 0  # aten ops the CPU dispatches for one step: what a CPU-bound step's time follows
+    first_step_s: float = 0.0  # the first warm-up step: with compiled layers, the compilation
     error: str = ""
 
 
@@ -91,7 +96,7 @@ def sequence_lengths(total_tokens: int, low: int, high: int, seed: int) -> list[
 
 def build_model(path: str, model_dtype: str, attn: str, checkpointing: bool, use_fsdp: bool,
                 lora_rank: int, device: torch.device, reshard_after_forward: bool = True,
-                wrap_layers: bool = True) -> torch.nn.Module:
+                wrap_layers: bool = True, compiled: bool = False) -> torch.nn.Module:
     """The actor as verl's FSDP engine builds it (see module docstring)."""
     from peft import LoraConfig, TaskType, get_peft_model
     from transformers import AutoModelForCausalLM
@@ -118,6 +123,10 @@ def build_model(path: str, model_dtype: str, attn: str, checkpointing: bool, use
             if wrap_layers and isinstance(module, layer_classes):
                 fully_shard(module, mp_policy=policy, reshard_after_forward=reshard_after_forward)
         fully_shard(model, mp_policy=policy, reshard_after_forward=reshard_after_forward)
+    if compiled:
+        from verl_ext.compiled_layers import compile_decoder_layers
+
+        compile_decoder_layers(model)
     return model
 
 
@@ -157,11 +166,11 @@ def run_variant(name: str, args: argparse.Namespace, device: torch.device) -> Re
     try:
         model = build_model(args.model, variant.model_dtype, variant.attn, variant.checkpointing, variant.fsdp,
                             args.lora_rank, device, reshard_after_forward=variant.reshard_after_forward,
-                            wrap_layers=variant.wrap_layers)
+                            wrap_layers=variant.wrap_layers, compiled=variant.compiled)
         optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-5)
         batch = make_batch(lengths, variant.packed, model.config.vocab_size, device)
         autocast = not variant.fsdp  # FSDP2's policy casts; without it, autocast gives the same bf16 compute
-        times = []
+        times, first_step = [], float("nan")
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats()
         for i in range(args.warmup + args.iters):
@@ -176,10 +185,12 @@ def run_variant(name: str, args: argparse.Namespace, device: torch.device) -> Re
                 torch.cuda.synchronize()
             if i >= args.warmup:
                 times.append(time.perf_counter() - start)
+            elif i == 0:
+                first_step = time.perf_counter() - start
         peak = torch.cuda.max_memory_allocated() / 2**30 if device.type == "cuda" else 0.0
         median = statistics.median(times)
         result = Result(name, sum(lengths), len(lengths), median, sum(lengths) / median, peak,
-                        cpu_ops=count_cpu_ops(model, optimizer, batch, autocast))
+                        cpu_ops=count_cpu_ops(model, optimizer, batch, autocast), first_step_s=first_step)
         if args.profile == name:
             profile_step(model, optimizer, batch, autocast, args.profile_out)
     except Exception as exc:  # a variant that cannot run here (e.g. flex attention) is reported, not fatal
@@ -239,7 +250,8 @@ def profile_step(model, optimizer, batch, autocast: bool, out_path: str) -> None
         handle.write(prof.key_averages().table(sort_by=sort, row_limit=25))
 
 
-def main() -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The bench's flags (``sys.argv`` when ``argv`` is None); unknown variants stop with their names."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", required=True)
     parser.add_argument("--variants", default=",".join(VARIANTS))
@@ -258,11 +270,15 @@ def main() -> None:
                         help="empty the CUDA allocator cache before every step, as verl's weight sync does")
     parser.add_argument("--check-varlen", action="store_true",
                         help="first compare torch_varlen on the packed batch with SDPA on padded rows")
-    args = parser.parse_args()
-
+    args = parser.parse_args(argv)
     unknown = [v for v in args.variants.split(",") if v not in ALL_VARIANTS]
     if unknown:
         parser.error(f"unknown --variants {unknown}; known: {sorted(ALL_VARIANTS)}")
+    return args
+
+
+def main() -> None:
+    args = parse_args()
     device = torch.device(args.device)
     os.environ.setdefault("RANK", "0")
     os.environ.setdefault("WORLD_SIZE", "1")

@@ -100,12 +100,15 @@ def per_sequence_sdpa(query: torch.Tensor, key: torch.Tensor, value: torch.Tenso
     return torch.cat(outputs)
 
 
+@torch.compiler.disable
 def packed_causal_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, position_ids: torch.Tensor,
                             *, scale: float | None, kernel: VarlenKernel | None = None) -> torch.Tensor:
     """Causal attention within each sequence of packed rows.
 
     query: (batch, heads, seq, dim); key/value: (batch, heads, seq, dim) (key-value heads already repeated).
-    Returns (batch, seq, heads, dim), the layout transformers' attention functions return.
+    Returns (batch, seq, heads, dim), the layout transformers' attention functions return. Runs eagerly inside a
+    compiled decoder layer (``verl_ext.compiled_layers``): the boundaries are read back from the device and cached
+    in Python, which a graph cannot hold.
     """
     batch, heads, seq, dim = query.shape
     cu_seqlens, longest = sequence_boundaries(position_ids)

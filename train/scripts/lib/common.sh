@@ -161,6 +161,16 @@ grpo_args() {
   # torch backend (else verl's head runs as before).
   : "${LM_HEAD_POSITIONS:=response}"
   require_choice LM_HEAD_POSITIONS "$LM_HEAD_POSITIONS" all response
+  # layers: torch.compile each decoder layer of verl's FSDP2 actor (verl_ext/compiled_layers.py), fewer CPU-side ops
+  # where the update waits on the CPU issuing kernels (the smoke load); the first update compiles (tens of seconds).
+  # off: verl's eager layers. Not measured on a GPU yet, so not a default (docs/speed.md).
+  : "${ACTOR_COMPILE:=off}"
+  require_choice ACTOR_COMPILE "$ACTOR_COMPILE" off layers
+  if [[ "$ACTOR_COMPILE" == layers && "$FSDP_STRATEGY" != fsdp2 ]]; then
+    echo "ACTOR_COMPILE=layers compiles FSDP2's decoder layers; FSDP_STRATEGY=$FSDP_STRATEGY. Use FSDP_STRATEGY=fsdp2" \
+      "or ACTOR_COMPILE=off." >&2
+    exit 2
+  fi
   # 1: freeze the Python heap start-up built in verl's actor worker (after its model build and its first update)
   # and in the trainer (when training begins), so that Python's full garbage collections stop walking it: one took
   # 0.24-0.37 s in a process with verl's worker imports, ~1 ms with the heap frozen (bench/gc_pause_bench.py), and
@@ -349,6 +359,7 @@ grpo_args() {
   [[ "$OLD_LOG_PROB_PASS" == auto ]] && modules="${modules:+$modules,}verl_ext.launch.on_policy_update"
   [[ "$LOSS_RESPONSE_CUT" == gather ]] && modules="${modules:+$modules,}verl_ext.launch.response_cut"
   [[ "$LM_HEAD_POSITIONS" == response ]] && modules="${modules:+$modules,}verl_ext.launch.response_logits"
+  [[ "$ACTOR_COMPILE" == layers ]] && modules="${modules:+$modules,}verl_ext.launch.compiled_layers"
   [[ "$GC_FREEZE" == 1 ]] && modules="${modules:+$modules,}verl_ext.launch.gc_freeze"
   if [[ -n "$ROLLOUT_IDLE_SPIN_S" ]]; then
     modules="${modules:+$modules,}verl_ext.launch.vllm_idle_spin"

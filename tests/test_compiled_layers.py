@@ -1,0 +1,195 @@
+"""verl_ext.compiled_layers (ACTOR_COMPILE=layers): torch.compile for the decoder layers of verl's FSDP2 actor.
+
+The engine tests build the actor the way verl 0.9.1 does on one gloo CPU rank (a tiny Qwen2 under
+``torch_varlen`` with verl's padding-free monkey patch, activation checkpointing, PEFT LoRA, then verl's own
+``FSDPEngine._build_fsdp_module`` with the smoke run's FSDP2 config), once through verl's build and once through
+the patched build, and run verl's ``forward_backward_batch`` with ``ppo_loss`` on two micro batches of different
+token counts, then the forward-only log-prob pass.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import textwrap
+import types
+from pathlib import Path
+
+import pytest
+import torch
+from gloo_rank import CPU_ACTOR_ENGINE, run_on_one_rank
+from test_train_scripts import runtime_env_modules
+
+from verl_ext import compiled_layers
+
+TESTS = Path(__file__).parent
+
+ENGINE_COMPARE = CPU_ACTOR_ENGINE + textwrap.dedent("""
+    import torch._dynamo
+    from peft import LoraConfig, get_peft_model
+    from torch.distributed.device_mesh import init_device_mesh
+    from test_train_scripts import dry_run, overrides_of
+
+    smoke = overrides_of(dry_run("openspiel-ppo.sh", RUN_PROFILE="smoke", OLD_LOG_PROB_PASS="always",
+                                 ACTOR_COMPILE="layers"))
+    rollout_cfg = compose("ppo_trainer", smoke).actor_rollout_ref
+    actor_config = omega_conf_to_dataclass(rollout_cfg.actor)
+    engine.engine_config = actor_config.fsdp_config  # with the actor's strategy, as verl's actor config sets it
+    engine.model_config = types.SimpleNamespace(lora_rank=4, enable_activation_offload=False,
+                                                enable_gradient_checkpointing=True)
+    engine.device_mesh = init_device_mesh("cpu", (1,), mesh_dim_names=("fsdp",))
+    import verl.utils.fsdp_utils as fsdp_utils
+    fsdp_utils.get_device_id = lambda: "cpu"
+    print("PATCHED", getattr(fsdp_engine.FSDPEngine, "_verl_ext_compiled_layers", False))
+
+    # verl's _build_module (checkpointing), _build_lora_module (PEFT), then the FSDP2 build: verl's own (eager) or
+    # the patched one (compiled layers); lora_B trained away from zero, the same weights for both
+    def build(compiled):
+        model = tiny_qwen2(attention.ATTN_IMPLEMENTATION)
+        apply_monkey_patch(model, use_remove_padding=True, use_fused_kernels=False)
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.enable_input_require_grads()
+        model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules="all-linear"))
+        g = torch.Generator().manual_seed(3)
+        with torch.no_grad():
+            for name, param in model.named_parameters():
+                if "lora_B" in name:
+                    param.copy_(torch.randn(param.shape, generator=g) * 0.5)
+        fsdp_build = fsdp_engine.FSDPEngine._build_fsdp_module
+        return fsdp_build(engine, model) if compiled else fsdp_build.__wrapped__(engine, model)
+
+    g = torch.Generator().manual_seed(11)
+    batches = []
+    for lengths in ([(9, 5), (12, 2), (8, 7), (10, 4), (7, 6)], [(6, 9), (11, 3), (5, 5)]):
+        seqs = [torch.randint(0, 64, (p + r,), generator=g) for p, r in lengths]
+        batches.append((seqs, lengths))
+
+    def batch(seqs, lengths, **flags):
+        return ppo_micro_batch(seqs, lengths, [1.0, -0.5, 0.7, -1.2, 0.2][:len(seqs)], -4.0,
+                               max_token_len_per_gpu=80, **flags)
+
+    def run(compiled):
+        engine.module = build(compiled)
+        engine.module.train()
+        results, graphs = [], []
+        for seqs, lengths in batches:
+            engine.module.zero_grad()
+            out = engine.forward_backward_batch(batch(seqs, lengths, calculate_entropy=False),
+                                                loss_function=functools.partial(losses.ppo_loss, config=actor_config))
+            grads = torch.cat([p.grad.flatten() for p in engine.module.parameters() if p.grad is not None])
+            results.append((out["metrics"]["actor/pg_loss"].aggregate(), grads))
+            graphs.append(torch._dynamo.utils.counters["stats"]["unique_graphs"])
+        engine.module.eval()
+        with torch.no_grad():
+            out = engine.forward_backward_batch(batch(*batches[0], calculate_entropy=False), loss_function=None,
+                                                forward_only=True)
+        log_probs = torch.cat([t.flatten() for t in out["model_output"]["log_probs"].unbind()])
+        return results, log_probs, graphs
+
+    (eager, eager_lp, eager_graphs) = run(compiled=False)
+    (ours, our_lp, our_graphs) = run(compiled=True)
+    layers = [m for m in engine.module.modules() if getattr(m, "_verl_ext_compiled_forward", False)]
+    print("LAYERS", len(layers))
+    print("GRAPHS", *eager_graphs, *our_graphs)
+    for (eager_loss, eager_grad), (our_loss, our_grad) in zip(eager, ours):
+        cosine = torch.nn.functional.cosine_similarity(eager_grad, our_grad, dim=0).item()
+        print("STEP", eager_loss, our_loss, (eager_grad - our_grad).abs().max().item(), eager_grad.abs().max().item(),
+              cosine)
+    print("LOGPROB_DIFF", (eager_lp - our_lp).abs().max().item())
+""")
+
+
+def run_engine(backend: str) -> dict[str, list[str]]:
+    env_setup = ("import os\nos.environ['VERL_USE_EXTERNAL_MODULES'] = 'verl_ext.launch.compiled_layers'\n"
+                 f"os.environ['VERL_EXT_COMPILE_BACKEND'] = {backend!r}\n")
+    done = run_on_one_rank(env_setup + ENGINE_COMPARE, str(TESTS), timeout=600)
+    assert done.returncode == 0, done.stderr[-4000:]
+    lines: dict[str, list[str]] = {}
+    for line in done.stdout.splitlines():
+        key, _, rest = line.partition(" ")
+        lines.setdefault(key, []).append(rest)
+    return lines
+
+
+def test_compiled_layers_in_verls_update_capture_the_same_computation():
+    # aot_eager runs the captured graphs op by op: the same ops as eager, so the same numbers bit for bit
+    lines = run_engine("aot_eager")
+    assert lines["PATCHED"] == ["True"]
+    assert lines["LAYERS"] == ["2"]
+    graphs = list(map(int, lines["GRAPHS"][0].split()))
+    assert graphs[:2] == [0, 0]  # verl's own build compiles nothing
+    assert graphs[2] > 0 and graphs[3] == graphs[2]  # the second token count reuses the first's graphs
+    for step in lines["STEP"]:
+        eager_loss, our_loss, grad_diff, scale, _ = map(float, step.split())
+        assert scale > 0 and grad_diff == 0.0 and our_loss == eager_loss
+    assert float(lines["LOGPROB_DIFF"][0]) == 0.0
+
+
+def test_compiled_layers_with_inductor_stay_close_to_eager():
+    # inductor fuses the bf16 ops of each layer (one rounding where eager rounds after every op): close, not equal
+    lines = run_engine("inductor")
+    assert lines["LAYERS"] == ["2"]
+    for step in lines["STEP"]:
+        eager_loss, our_loss, _, scale, cosine = map(float, step.split())
+        assert scale > 0 and cosine > 0.999
+        assert our_loss == pytest.approx(eager_loss, rel=1e-2)
+    assert float(lines["LOGPROB_DIFF"][0]) < 0.05
+
+
+def test_all_layers_share_one_compilation(monkeypatch):
+    # ten layers under a limit of two cache entries per code object: a compilation per layer would hit the limit,
+    # which raises here instead of falling back to eager
+    from peft import LoraConfig, get_peft_model
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    import torch._dynamo
+
+    from verl_ext import attention
+
+    torch._dynamo.reset()
+    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 2)
+    monkeypatch.setattr(torch._dynamo.config, "fail_on_recompile_limit_hit", True)
+    torch.manual_seed(0)
+    config = Qwen2Config(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=10,
+                         num_attention_heads=4, num_key_value_heads=2)
+    model = Qwen2ForCausalLM._from_config(config, attn_implementation=attention.ATTN_IMPLEMENTATION)
+    model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules="all-linear"))
+    assert compiled_layers.compile_decoder_layers(model, backend="aot_eager") == 10
+    assert compiled_layers.compile_decoder_layers(model, backend="aot_eager") == 10  # idempotent
+    for lengths in ([5, 7, 9], [6, 11], [20]):
+        ids = torch.randint(0, 64, (1, sum(lengths)))
+        positions = torch.cat([torch.arange(n) for n in lengths])[None]
+        model(input_ids=ids, position_ids=positions, use_cache=False).logits.float().mean().backward()
+    torch._dynamo.reset()
+
+
+def test_a_module_without_decoder_layers_is_refused_by_name():
+    with pytest.raises(ValueError, match=r"no decoder layer in Sequential \(looked for the classes \['Block'\]\)"):
+        compiled_layers.compile_decoder_layers(torch.nn.Sequential(torch.nn.Linear(2, 2)), ["Block"])
+    with pytest.raises(ValueError, match="_no_split_modules, which is empty"):
+        compiled_layers.compile_decoder_layers(torch.nn.Sequential(torch.nn.Linear(2, 2)))
+
+
+def test_the_patched_build_refuses_fsdp1():
+    class Engine:
+        engine_config = types.SimpleNamespace(strategy="fsdp", wrap_policy={})
+
+        def _build_fsdp_module(self, module):
+            return module
+
+    fake_impl = types.SimpleNamespace(FSDPEngine=Engine, fsdp_version=lambda module: 1)
+    compiled_layers.patch_engine(fake_impl)
+    with pytest.raises(ValueError, match="FSDP version 1 \\(strategy 'fsdp'\\): use FSDP_STRATEGY=fsdp2"):
+        Engine()._build_fsdp_module(torch.nn.Linear(2, 2))
+
+
+def test_script_loads_the_patch_only_when_asked():
+    assert "verl_ext.launch.compiled_layers" not in (runtime_env_modules() or "")
+    assert "verl_ext.launch.compiled_layers" in runtime_env_modules(ACTOR_COMPILE="layers")
+    script = str(TESTS.parent / "train/scripts/openspiel-ppo.sh")
+    for env, message in (({"ACTOR_COMPILE": "yes"}, "ACTOR_COMPILE must be one of: off layers; got 'yes'"),
+                         ({"ACTOR_COMPILE": "layers", "FSDP_STRATEGY": "fsdp"},
+                          "ACTOR_COMPILE=layers compiles FSDP2's decoder layers; FSDP_STRATEGY=fsdp")):
+        import os
+
+        bad = subprocess.run(["bash", script, "--dry-run"], capture_output=True, text=True, env={**os.environ, **env})
+        assert bad.returncode == 2 and message in bad.stderr, bad.stderr
