@@ -299,7 +299,7 @@ def test_next_session_plans_runs_compose_and_pass_preflight():
     labels = set()
     for name in ("next-session.plan", "one-machine.plan", "startup-overlap.plan", "startup-fork.plan",
                  "startup-confirm.plan", "on-policy.plan", "phases.plan", "smoke-fsdp1.plan", "smoke-levers.plan", "startup-freeze.plan", "first-run.plan",
-                 "lm-head.plan", "loss-cut.plan", "compile.plan"):
+                 "lm-head.plan", "loss-cut.plan", "compile.plan", "compile-b.plan"):
         runs = [split_command(argv) for argv in plan(SPEED_PLAN_FILE=f"bench/plans/{name}")
                 if "bench/train_speed.sh" in argv]  # not the `bench SCRIPT` lines (test_every_tracked_plan_is_valid)
         ours = [(env, args) for env, (_, what), args in runs if what == "ours"]
