@@ -161,9 +161,9 @@ grpo_args() {
   # torch backend (else verl's head runs as before).
   : "${LM_HEAD_POSITIONS:=response}"
   require_choice LM_HEAD_POSITIONS "$LM_HEAD_POSITIONS" all response
-  # layers: torch.compile each decoder layer of verl's FSDP2 actor (verl_ext/compiled_layers.py), fewer CPU-side ops
-  # where the update waits on the CPU issuing kernels (the smoke load); the first update compiles (tens of seconds).
-  # off: verl's eager layers. Not measured on a GPU yet, so not a default (docs/speed.md).
+  # layers: torch.compile each decoder layer of verl's FSDP2 actor (verl_ext/compiled_layers.py); the first update
+  # compiles them (46-65 s at the smoke load, ~95 s at the realistic one). H100 (docs/speed.md 0s): realistic update
+  # 10.3 -> 8.55 s in one pair, no smoke gain in four, so not a default. off: verl's eager layers.
   : "${ACTOR_COMPILE:=off}"
   require_choice ACTOR_COMPILE "$ACTOR_COMPILE" off layers
   if [[ "$ACTOR_COMPILE" == layers && "$FSDP_STRATEGY" != fsdp2 ]]; then
