@@ -79,7 +79,7 @@ class Result:
     tokens_per_s: float
     peak_memory_gb: float
     cpu_ops: int = 0  # aten ops the CPU dispatches for one step: what a CPU-bound step's time follows
-    first_step_s: float = 0.0  # the first warm-up step: with compiled layers, the compilation
+    first_step_s: float = 0.0  # the first step (a warm-up step unless --warmup 0): with compiled layers, the compilation
     error: str = ""
 
 
@@ -126,7 +126,9 @@ def build_model(path: str, model_dtype: str, attn: str, checkpointing: bool, use
     if compiled:
         from verl_ext.compiled_layers import compile_decoder_layers
 
-        compile_decoder_layers(model)
+        from verl_ext.compiled_layers import BACKEND_ENV
+
+        compile_decoder_layers(model, backend=os.environ.get(BACKEND_ENV) or "inductor")
     return model
 
 
@@ -183,10 +185,11 @@ def run_variant(name: str, args: argparse.Namespace, device: torch.device) -> Re
             train_step(model, optimizer, batch, autocast)
             if device.type == "cuda":
                 torch.cuda.synchronize()
+            elapsed = time.perf_counter() - start
+            if i == 0:
+                first_step = elapsed
             if i >= args.warmup:
-                times.append(time.perf_counter() - start)
-            elif i == 0:
-                first_step = time.perf_counter() - start
+                times.append(elapsed)
         peak = torch.cuda.max_memory_allocated() / 2**30 if device.type == "cuda" else 0.0
         median = statistics.median(times)
         result = Result(name, sum(lengths), len(lengths), median, sum(lengths) / median, peak,

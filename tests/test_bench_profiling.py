@@ -107,6 +107,25 @@ def test_actor_update_bench_runs_each_variant_on_cpu(tmp_path, monkeypatch):
     assert "Name" in (tmp_path / "profile.txt").read_text()
 
 
+def test_actor_update_bench_compiled_variant_reports_its_compilation(tmp_path, monkeypatch):
+    # aot_eager: the compiled layers' graphs run op by op, no code generation (inductor is the GPU runs' backend)
+    from gloo_rank import free_port
+    from verl_ext.tiny_model import build_qwen2, build_tokenizer
+
+    monkeypatch.setenv("MASTER_PORT", free_port())
+    monkeypatch.setenv("VERL_EXT_COMPILE_BACKEND", "aot_eager")
+    tokenizer_dir = build_tokenizer(tmp_path / "model", ["play a move"] * 20, vocab_size=300)
+    model_dir = build_qwen2(tmp_path / "model", "tiny", tokenizer_dir, dtype="float32")
+    out = tmp_path / "bench.json"
+    args = ["--model", str(model_dir), "--device", "cpu", "--tokens", "96", "--min-len", "16", "--max-len", "40",
+            "--warmup", "1", "--iters", "2", "--variants", "packed_varlen_compiled", "--out", str(out)]
+    monkeypatch.setattr(sys, "argv", ["actor_update_bench.py", *args])
+    actor_update_bench.main()
+    (result,) = json.loads(out.read_text())["results"]
+    assert result["error"] == "" and result["median_s"] > 0
+    assert result["first_step_s"] > result["median_s"]  # the first step compiled the layers
+
+
 import_cost = load_bench_script("import_cost")
 
 
