@@ -9,6 +9,7 @@ token counts, then the forward-only log-prob pass.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import textwrap
 import types
@@ -135,9 +136,10 @@ def test_compiled_layers_with_inductor_stay_close_to_eager():
     assert float(lines["LOGPROB_DIFF"][0]) < 0.05
 
 
-def test_all_layers_share_one_compilation(monkeypatch):
+def test_all_layers_share_one_compilation():
     # ten layers under a limit of two cache entries per code object: a compilation per layer would hit the limit,
-    # which raises here instead of falling back to eager
+    # which raises here instead of falling back to eager. dynamo's own config.patch restores the limits after
+    # (monkeypatch's undo deletes a config entry: later compilations in this process then failed)
     from peft import LoraConfig, get_peft_model
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
@@ -146,8 +148,6 @@ def test_all_layers_share_one_compilation(monkeypatch):
     from verl_ext import attention
 
     torch._dynamo.reset()
-    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 2)
-    monkeypatch.setattr(torch._dynamo.config, "fail_on_recompile_limit_hit", True)
     torch.manual_seed(0)
     config = Qwen2Config(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=10,
                          num_attention_heads=4, num_key_value_heads=2)
@@ -155,11 +155,14 @@ def test_all_layers_share_one_compilation(monkeypatch):
     model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules="all-linear"))
     assert compiled_layers.compile_decoder_layers(model, backend="aot_eager") == 10
     assert compiled_layers.compile_decoder_layers(model, backend="aot_eager") == 10  # idempotent
-    for lengths in ([5, 7, 9], [6, 11], [20]):
-        ids = torch.randint(0, 64, (1, sum(lengths)))
-        positions = torch.cat([torch.arange(n) for n in lengths])[None]
-        model(input_ids=ids, position_ids=positions, use_cache=False).logits.float().mean().backward()
-    torch._dynamo.reset()
+    try:
+        with torch._dynamo.config.patch(recompile_limit=2, fail_on_recompile_limit_hit=True):
+            for lengths in ([5, 7, 9], [6, 11], [20]):
+                ids = torch.randint(0, 64, (1, sum(lengths)))
+                positions = torch.cat([torch.arange(n) for n in lengths])[None]
+                model(input_ids=ids, position_ids=positions, use_cache=False).logits.float().mean().backward()
+    finally:
+        torch._dynamo.reset()
 
 
 def test_a_module_without_decoder_layers_is_refused_by_name():
@@ -189,7 +192,5 @@ def test_script_loads_the_patch_only_when_asked():
     for env, message in (({"ACTOR_COMPILE": "yes"}, "ACTOR_COMPILE must be one of: off layers; got 'yes'"),
                          ({"ACTOR_COMPILE": "layers", "FSDP_STRATEGY": "fsdp"},
                           "ACTOR_COMPILE=layers compiles FSDP2's decoder layers; FSDP_STRATEGY=fsdp")):
-        import os
-
         bad = subprocess.run(["bash", script, "--dry-run"], capture_output=True, text=True, env={**os.environ, **env})
         assert bad.returncode == 2 and message in bad.stderr, bad.stderr
