@@ -126,9 +126,7 @@ def build_model(path: str, model_dtype: str, attn: str, checkpointing: bool, use
     if compiled:
         from verl_ext.compiled_layers import compile_decoder_layers
 
-        from verl_ext.compiled_layers import BACKEND_ENV
-
-        compile_decoder_layers(model, backend=os.environ.get(BACKEND_ENV) or "inductor")
+        compile_decoder_layers(model)  # torch.compile's backend: $VERL_EXT_COMPILE_BACKEND, else inductor
     return model
 
 

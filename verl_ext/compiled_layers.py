@@ -57,13 +57,15 @@ def decoder_layers(module: torch.nn.Module, class_names: list[str]) -> list[torc
 
 
 def compile_decoder_layers(module: torch.nn.Module, class_names: list[str] | None = None,
-                           backend: str = "inductor") -> int:
+                           backend: str | None = None) -> int:
     """Compile the ``forward`` of every decoder layer in ``module`` (idempotent); returns how many layers.
+    ``backend`` defaults to ``$VERL_EXT_COMPILE_BACKEND``, else inductor.
 
     Raises ``ValueError`` naming the classes looked for when there is no such layer: compiling nothing would
     silently leave the switch without effect.
     """
     class_names = class_names if class_names is not None else layer_class_names(module)
+    backend = backend or os.environ.get(BACKEND_ENV) or "inductor"
     layers = decoder_layers(module, class_names)
     if not layers:
         raise ValueError(f"ACTOR_COMPILE=layers: no decoder layer in {type(module).__name__} (looked for the classes "
@@ -97,8 +99,7 @@ def patch_engine(transformer_impl: ModuleType) -> None:
                              "FSDP_STRATEGY=fsdp2 or ACTOR_COMPILE=off")
         wrap_policy = getattr(self.engine_config, "wrap_policy", None) or {}
         configured = wrap_policy.get("transformer_layer_cls_to_wrap") if hasattr(wrap_policy, "get") else None
-        count = compile_decoder_layers(module, layer_class_names(module, configured),
-                                       backend=os.environ.get(BACKEND_ENV) or "inductor")
+        count = compile_decoder_layers(module, layer_class_names(module, configured))
         logger.warning("verl_ext.compiled_layers: %d decoder layers compiled with torch.compile (dynamic shapes); "
                        "the first micro batch compiles them", count)
         return module
