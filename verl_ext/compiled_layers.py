@@ -15,8 +15,9 @@ and later shapes. The first update pays for the compilation (tens of seconds; Py
 later run on the same machine quicker).
 
 ``install()`` wraps verl 0.9.1's ``FSDPEngine._build_fsdp_module`` so that every FSDP2 engine (the actor, and a
-separate reference model) compiles its layers once FSDP2 has wrapped them. Loaded as
-``verl_ext.launch.compiled_layers`` through ``VERL_USE_EXTERNAL_MODULES`` (``ACTOR_COMPILE=layers``).
+separate reference model) compiles its layers once FSDP2 has wrapped them, and so does the plain module of
+``ACTOR_FSDP=off`` (``verl_ext.unsharded_actor``, which the train scripts load first, so that this wrap is outside).
+Loaded as ``verl_ext.launch.compiled_layers`` through ``VERL_USE_EXTERNAL_MODULES`` (``ACTOR_COMPILE=layers``).
 """
 
 from __future__ import annotations
@@ -93,10 +94,10 @@ def patch_engine(transformer_impl: ModuleType) -> None:
     @functools.wraps(verl_build)
     def _build_fsdp_module(self: Any, module: torch.nn.Module) -> torch.nn.Module:
         module = verl_build(self, module)
-        if fsdp_version(module) != 2:
+        if fsdp_version(module) == 1:  # 2: FSDP2's units; 0: the plain module of ACTOR_FSDP=off
             raise ValueError(f"ACTOR_COMPILE=layers compiles FSDP2's decoder layers; this engine uses FSDP "
-                             f"version {fsdp_version(module)} (strategy {self.engine_config.strategy!r}): use "
-                             "FSDP_STRATEGY=fsdp2 or ACTOR_COMPILE=off")
+                             f"version 1 (strategy {self.engine_config.strategy!r}): use FSDP_STRATEGY=fsdp2 or "
+                             "ACTOR_COMPILE=off")
         wrap_policy = getattr(self.engine_config, "wrap_policy", None) or {}
         configured = wrap_policy.get("transformer_layer_cls_to_wrap") if hasattr(wrap_policy, "get") else None
         count = compile_decoder_layers(module, layer_class_names(module, configured))

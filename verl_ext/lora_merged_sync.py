@@ -14,7 +14,8 @@ active adapter (the same fp32 tensors and the same additions as PEFT's ``merge``
 verl's), and every other tensor as verl sends it, under verl's names and in verl's order
 (``normalize_peft_param_name``, ``convert_weight_keys``). The module is only read. What it does not cover goes to
 verl's own path, with the reason printed once: FSDP1, FSDP2's CPU offload policy, LoRA variants (DoRA, ...) and
-``lora_bias``.
+``lora_bias``. A plain module (``ACTOR_FSDP=off``: bf16 base weights, fp32 adapter) gets each merged weight computed in
+fp32 and rounded to bf16 once, which is FSDP2's result whenever the base weights are bf16 numbers (a bf16 checkpoint).
 
 Import it in verl's workers through ``actor_rollout_ref.model.external_lib`` (the train scripts do unless
 ``LORA_MERGE_SYNC=in_place``; the default since docs/speed.md 0q: on an H100 the actor's side of the sync took 0.082 s
@@ -51,8 +52,8 @@ def unsupported(module: torch.nn.Module) -> str | None:
     """Why this module's sync must stay verl's (None: it can be computed out of place)."""
     from verl.utils.fsdp_utils import fsdp_version
 
-    if fsdp_version(module) != 2:
-        return "the module is not wrapped with FSDP2"
+    if fsdp_version(module) == 1:  # 2: FSDP2; 0: the plain module of ACTOR_FSDP=off (verl_ext/unsharded_actor.py)
+        return "the module is wrapped with FSDP1"
     for key, layer in lora_layers(module).items():
         for adapter in layer.active_adapters:
             if adapter in getattr(layer, "lora_variant", {}):
@@ -90,8 +91,10 @@ def merged_tensors(module: torch.nn.Module, device: Any) -> Iterator[tuple[str, 
                     merged = merged + _gathered(layer.get_delta_weight(adapter), device)  # PEFT's merge: W += delta
             if isinstance(tensor, DTensor):
                 yield name, merged.to(torch.bfloat16, non_blocking=True)
-            else:  # a new tensor when an adapter was added, else the parameter itself: copy it as verl does
-                yield name, merged if merged is not tensor else tensor.detach().clone()
+            elif merged is tensor:  # no adapter added: the parameter itself, copied as verl does
+                yield name, tensor.detach().clone()
+            else:  # in the base weight's dtype, as PEFT's merge writes it (bf16 for ACTOR_FSDP=off's frozen weights)
+                yield name, merged.to(tensor.dtype)
 
 
 def _report(reason: str) -> None:

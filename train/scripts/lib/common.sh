@@ -187,6 +187,23 @@ grpo_args() {
   fi
   : "${GRADIENT_CHECKPOINTING:=1}" "${ACTOR_MODEL_DTYPE:=fp32}"
   : "${N_GPUS_PER_NODE:=1}" "${NNODES:=1}" "${TENSOR_PARALLEL_SIZE:=1}"
+  # off: on one GPU, verl's LoRA actor is a plain module instead of FSDP2 units (verl_ext/unsharded_actor.py): the
+  # same bf16 compute and fp32 adapter gradients without FSDP2's per-layer all-gather, free and gradient copies,
+  # which cost the H100 smoke micro batch 0.09-0.20 s (docs/speed.md 0s). on: verl's FSDP2 (any number of GPUs).
+  : "${ACTOR_FSDP:=on}"
+  require_choice ACTOR_FSDP "$ACTOR_FSDP" on off
+  if [[ "$ACTOR_FSDP" == off ]]; then
+    if (( N_GPUS_PER_NODE * NNODES != 1 )); then
+      echo "ACTOR_FSDP=off is for one GPU; N_GPUS_PER_NODE=$N_GPUS_PER_NODE NNODES=$NNODES would train a copy of the" \
+        "model per GPU. Use ACTOR_FSDP=on." >&2
+      exit 2
+    fi
+    if [[ "$ENABLE_LORA" != 1 || "$FSDP_STRATEGY" != fsdp2 ]]; then
+      echo "ACTOR_FSDP=off replaces FSDP2's build of a LoRA actor; ENABLE_LORA=$ENABLE_LORA FSDP_STRATEGY=$FSDP_STRATEGY." \
+        "Use ENABLE_LORA=1 FSDP_STRATEGY=fsdp2, or ACTOR_FSDP=on." >&2
+      exit 2
+    fi
+  fi
   : "${PROJECT_NAME:=verl-ext}" "${EXPERIMENT_NAME:=${TASK_NAME}-${RUN_PROFILE}}"
   : "${CHECKPOINT_DIR:=$REPO_ROOT/checkpoints/$PROJECT_NAME/$EXPERIMENT_NAME}"
   : "${LOG_DIR:=$REPO_ROOT/logs}" "${LOGGERS:=[console,file,wandb]}"
@@ -359,6 +376,8 @@ grpo_args() {
   [[ "$OLD_LOG_PROB_PASS" == auto ]] && modules="${modules:+$modules,}verl_ext.launch.on_policy_update"
   [[ "$LOSS_RESPONSE_CUT" == gather ]] && modules="${modules:+$modules,}verl_ext.launch.response_cut"
   [[ "$LM_HEAD_POSITIONS" == response ]] && modules="${modules:+$modules,}verl_ext.launch.response_logits"
+  # before compiled_layers: its wrap of verl's FSDP build goes outside this one, so it compiles the plain module too
+  [[ "$ACTOR_FSDP" == off ]] && modules="${modules:+$modules,}verl_ext.launch.unsharded_actor"
   [[ "$ACTOR_COMPILE" == layers ]] && modules="${modules:+$modules,}verl_ext.launch.compiled_layers"
   [[ "$GC_FREEZE" == 1 ]] && modules="${modules:+$modules,}verl_ext.launch.gc_freeze"
   if [[ -n "$ROLLOUT_IDLE_SPIN_S" ]]; then

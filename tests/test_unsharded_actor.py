@@ -1,0 +1,267 @@
+"""verl_ext.unsharded_actor (ACTOR_FSDP=off): verl's one-GPU LoRA actor as a plain module instead of FSDP2 units.
+
+The engine tests build the actor the way verl 0.9.1 does on one gloo CPU rank (a tiny Qwen2 under ``torch_varlen``
+with verl's padding-free monkey patch, activation checkpointing, PEFT LoRA, then ``FSDPEngine._build_fsdp_module``
+with the smoke run's config), once through verl's FSDP2 build and once through the patched build, and compare what
+verl's own engine methods compute with each: ``forward_backward_batch`` with ``ppo_loss`` (micro batches
+accumulated), ``optimizer_step`` (clipping, AdamW), the forward-only log-prob pass, the merged weights the rollout
+gets, and checkpoints written by verl's ``FSDPCheckpointManager`` (resumed, and merged by ``merge-ppo``).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import textwrap
+import types
+from pathlib import Path
+
+import pytest
+import torch
+from gloo_rank import CPU_ACTOR_ENGINE, run_on_one_rank
+from safetensors.torch import load_file
+from test_train_scripts import runtime_env_modules
+
+from verl_ext import unsharded_actor
+
+TESTS = Path(__file__).parent
+
+# the engine of CPU_ACTOR_ENGINE with the smoke run's actor config (ACTOR_FSDP=off), and build(plain): the tiny
+# Qwen2 with base weights that are bf16 numbers (a bf16 checkpoint's), LoRA on every linear with lora_B trained away
+# from zero, through verl's FSDP2 build (plain=False) or the patched one
+ENGINE_SETUP = CPU_ACTOR_ENGINE + textwrap.dedent("""
+    import inspect
+    from peft import LoraConfig, get_peft_model
+    from torch.distributed.device_mesh import init_device_mesh
+    from test_train_scripts import dry_run, overrides_of
+    import verl.utils.fsdp_utils as fsdp_utils
+
+    smoke = overrides_of(dry_run("openspiel-ppo.sh", RUN_PROFILE="smoke", OLD_LOG_PROB_PASS="always",
+                                 ACTOR_FSDP="off"))
+    actor_config = omega_conf_to_dataclass(compose("ppo_trainer", smoke).actor_rollout_ref.actor)
+    engine.engine_config = actor_config.fsdp_config  # with the actor's strategy, as verl's actor config sets it
+    engine.optimizer_config = actor_config.optim
+    engine.model_config = types.SimpleNamespace(lora_rank=4, enable_activation_offload=False,
+                                                enable_gradient_checkpointing=True)
+    engine.device_mesh = init_device_mesh("cpu", (1,), mesh_dim_names=("fsdp",))
+    engine._qat_enabled = engine._is_offload_param = engine._is_offload_optimizer = False
+    engine._uses_fsdp2_cpu_offload_policy = False
+    fsdp_utils.get_device_id = lambda: "cpu"
+    print("PATCHED", getattr(fsdp_engine.FSDPEngine, "_verl_ext_unsharded_actor", False))
+
+    def build(plain):
+        model = tiny_qwen2(attention.ATTN_IMPLEMENTATION)
+        with torch.no_grad():
+            for param in model.parameters():
+                param.copy_(param.bfloat16().float())
+        apply_monkey_patch(model, use_remove_padding=True, use_fused_kernels=False)
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.enable_input_require_grads()
+        model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules="all-linear"))
+        g = torch.Generator().manual_seed(3)
+        with torch.no_grad():
+            for name, param in model.named_parameters():
+                if "lora_B" in name:
+                    param.copy_(torch.randn(param.shape, generator=g) * 0.5)
+        fsdp_build = fsdp_engine.FSDPEngine._build_fsdp_module
+        engine.module = fsdp_build(engine, model) if plain else inspect.unwrap(fsdp_build)(engine, model)  # verl's
+        engine.optimizer = torch.optim.AdamW([p for p in engine.module.parameters() if p.requires_grad], lr=1e-2)
+        return engine.module
+
+    full = lambda t: t.full_tensor() if hasattr(t, "full_tensor") else t
+    g = torch.Generator().manual_seed(11)
+    batches = []
+    for lengths in ([(9, 5), (12, 2), (8, 7), (10, 4), (7, 6)], [(6, 9), (11, 3), (5, 5)]):
+        seqs = [torch.randint(0, 64, (p + r,), generator=g) for p, r in lengths]
+        batches.append((seqs, lengths))
+
+    def batch(seqs, lengths, **flags):
+        return ppo_micro_batch(seqs, lengths, [1.0, -0.5, 0.7, -1.2, 0.2][:len(seqs)], -4.0,
+                               max_token_len_per_gpu=40, **flags)
+
+    def train_step(seqs, lengths):
+        engine.optimizer.zero_grad()
+        out = engine.forward_backward_batch(batch(seqs, lengths, calculate_entropy=False),
+                                            loss_function=functools.partial(losses.ppo_loss, config=actor_config))
+        grads = torch.cat([full(p.grad).flatten() for p in engine.module.parameters() if p.grad is not None])
+        return out["metrics"]["actor/pg_loss"].aggregate(), grads, engine.optimizer_step()
+""")
+
+ENGINE_COMPARE = ENGINE_SETUP + textwrap.dedent("""
+    from verl_ext import lora_merged_sync
+
+    def run(plain):
+        module = build(plain)
+        module.train()
+        steps = [train_step(seqs, lengths) for seqs, lengths in batches]
+        trained = {n: full(p.detach()).clone() for n, p in module.named_parameters() if p.requires_grad}
+        module.eval()
+        with torch.no_grad():
+            out = engine.forward_backward_batch(batch(*batches[0], calculate_entropy=False), loss_function=None,
+                                                forward_only=True)
+        log_probs = torch.cat([t.flatten() for t in out["model_output"]["log_probs"].unbind()])
+        sent = list(lora_merged_sync.merged_tensors(module, "cpu"))
+        return module, steps, trained, log_probs, sent
+
+    fsdp_module, fsdp_steps, fsdp_trained, fsdp_lp, fsdp_sent = run(plain=False)
+    module, steps, trained, log_probs, sent = run(plain=True)
+    print("TYPES", type(fsdp_module).__name__, type(module).__name__, fsdp_utils.fsdp_version(module))
+    print("DTYPES", *sorted({str(p.dtype) for p in module.parameters() if not p.requires_grad}), "|",
+          *sorted({str(p.dtype) for p in module.parameters() if p.requires_grad}))
+    for (f_loss, f_grad, f_norm), (loss, grad, norm) in zip(fsdp_steps, steps):
+        print("STEP", f_loss, loss, (f_grad - grad).abs().max().item(), f_grad.abs().max().item(), f_norm, norm)
+    print("TRAINED", max((fsdp_trained[n] - trained[n]).abs().max().item() for n in trained),
+          max(t.abs().max().item() for t in trained.values()), sorted(trained) == sorted(fsdp_trained))
+    print("LOGPROB_DIFF", (fsdp_lp - log_probs).abs().max().item())
+    print("SYNC", [n for n, _ in fsdp_sent] == [n for n, _ in sent], len(sent),
+          sorted({str(t.dtype) for _, t in sent}),
+          max((a.float() - b.float()).abs().max().item() for (_, a), (_, b) in zip(fsdp_sent, sent)))
+""")
+
+
+def lines_of(done: subprocess.CompletedProcess) -> dict[str, list[str]]:
+    assert done.returncode == 0, done.stderr[-4000:]
+    lines: dict[str, list[str]] = {}
+    for line in done.stdout.splitlines():
+        key, _, rest = line.partition(" ")
+        lines.setdefault(key, []).append(rest)
+    return lines
+
+
+ENV_SETUP = "import os\nos.environ['VERL_USE_EXTERNAL_MODULES'] = 'verl_ext.launch.unsharded_actor'\n"
+# ACTOR_COMPILE=layers on top, in the train scripts' order; aot_eager runs the captured graphs op by op
+WITH_COMPILED_LAYERS = ("import os\nos.environ['VERL_USE_EXTERNAL_MODULES'] = "
+                        "'verl_ext.launch.unsharded_actor,verl_ext.launch.compiled_layers'\n"
+                        "os.environ['VERL_EXT_COMPILE_BACKEND'] = 'aot_eager'\n")
+
+
+@pytest.mark.parametrize("setup", [ENV_SETUP, WITH_COMPILED_LAYERS], ids=["plain", "plain_compiled"])
+def test_plain_actor_computes_what_fsdp2_computes(setup):
+    script = setup + ENGINE_COMPARE + textwrap.dedent("""
+        print("COMPILED", sum(getattr(m, "_verl_ext_compiled_forward", False) for m in module.modules()))
+    """)
+    lines = lines_of(run_on_one_rank(script, str(TESTS), timeout=600))
+    assert lines["PATCHED"] == ["True"]
+    # the plain module's two decoder layers compiled (the FSDP2 run is verl's own build, eager)
+    assert lines["COMPILED"] == (["2"] if setup is WITH_COMPILED_LAYERS else ["0"])
+    fsdp_type, plain_type, version = lines["TYPES"][0].split()
+    assert fsdp_type.startswith("FSDP") and not plain_type.startswith("FSDP") and version == "0"
+    assert lines["DTYPES"] == ["torch.bfloat16 | torch.float32"]  # frozen base in the compute dtype, adapter fp32
+    assert len(lines["STEP"]) == 2
+    for step in lines["STEP"]:
+        fsdp_loss, loss, grad_diff, scale, fsdp_norm, norm = map(float, step.split())
+        assert scale > 0 and loss == fsdp_loss and grad_diff == 0.0
+        assert norm == pytest.approx(fsdp_norm, rel=1e-6) and norm > 0
+    param_diff, param_scale, same_names = lines["TRAINED"][0].split()
+    assert same_names == "True" and float(param_scale) > 0 and float(param_diff) <= 1e-6 * float(param_scale)
+    assert float(lines["LOGPROB_DIFF"][0]) <= 1e-5
+    same_order, count, dtypes, sync_diff = lines["SYNC"][0].split(" ", 3)
+    assert same_order == "True" and int(count) > 0
+    assert dtypes == "['torch.bfloat16']" and float(sync_diff) == 0.0  # the same bf16 weights for the rollout
+
+
+CHECKPOINTS = ENGINE_SETUP + textwrap.dedent("""
+    from omegaconf import OmegaConf
+    from verl.utils.checkpoint.fsdp_checkpoint_manager import FSDPCheckpointManager
+
+    out = sys.argv[2]
+    contents = ["model", "optimizer", "extra"]
+
+    def save(plain, experiment):
+        module = build(plain)
+        module.train()
+        train_step(*batches[0])
+        engine.checkpoint_manager = FSDPCheckpointManager(
+            model=module, optimizer=engine.optimizer, lr_scheduler=None, processing_class=None,
+            checkpoint_config=OmegaConf.create({"save_contents": contents, "load_contents": contents,
+                                                "save_lora_only": False}))
+        engine.save_checkpoint(f"{out}/{experiment}/global_step_1/actor", global_step=1)
+        with open(f"{out}/{experiment}/latest_checkpointed_iteration.txt", "w") as f:
+            f.write("1")
+        return {n: full(p.detach()).clone() for n, p in module.named_parameters()}
+
+    saved = save(True, "plain")
+    torch.save(saved, f"{out}/plain_params.pt")
+    module = build(True)
+    engine.checkpoint_manager.model, engine.checkpoint_manager.optimizer = module, engine.optimizer
+    state_before = {n: p.detach().clone() for n, p in module.named_parameters()}
+    engine.load_checkpoint(f"{out}/plain/global_step_1/actor")
+    print("RESUMED", all(torch.equal(p.detach(), saved[n]) for n, p in module.named_parameters()),
+          any(not torch.equal(p.detach(), state_before[n]) for n, p in module.named_parameters()),
+          len(engine.optimizer.state) == sum(p.requires_grad for p in module.parameters()))
+
+    save(False, "fsdp2")
+    build(True)
+    engine.checkpoint_manager.model, engine.checkpoint_manager.optimizer = engine.module, engine.optimizer
+    try:
+        engine.load_checkpoint(f"{out}/fsdp2/global_step_1/actor")
+    except ValueError as error:
+        print("REFUSED", error)
+""")
+
+
+def test_plain_checkpoints_resume_merge_and_refuse_fsdp2_ones(tmp_path):
+    from verl_ext.merge.cli import main
+
+    lines = lines_of(run_on_one_rank(ENV_SETUP + CHECKPOINTS, str(TESTS), str(tmp_path), timeout=600))
+    # every parameter back (the fresh module's had changed), and AdamW's state for every adapter tensor
+    assert lines["RESUMED"] == ["True True True"]
+    [refused] = lines["REFUSED"]
+    assert "fsdp2/global_step_1/actor was saved by an actor with FSDP version 2" in refused
+    assert "this actor has FSDP version 0" in refused
+
+    out = tmp_path / "merged"
+    assert main([str(tmp_path / "plain"), "-o", str(out), "--merge-lora", "--dtype", "float32", "--verify",
+                 "--no-progress"]) == 0
+    merged = {}
+    for path in out.glob("*.safetensors"):
+        merged.update(load_file(path))
+    params = torch.load(tmp_path / "plain_params.pt", weights_only=True)
+    # PEFT's merge of the saved parameters: W + (alpha / r) B A, W the bf16 base weight
+    layers = {name.removesuffix(".base_layer.weight") for name in params if name.endswith(".base_layer.weight")}
+    assert layers
+    for layer in layers:
+        hf_name = layer.removeprefix("base_model.model.") + ".weight"
+        base = params[f"{layer}.base_layer.weight"].float()
+        delta = params[f"{layer}.lora_B.default.weight"] @ params[f"{layer}.lora_A.default.weight"] * (8 / 4)
+        assert merged[hf_name].dtype == torch.float32
+        assert torch.allclose(merged[hf_name], base + delta, atol=1e-6), hf_name
+
+
+def test_refusals_name_the_setting():
+    def engine(**overrides):
+        config = dict(strategy="fsdp2", param_offload=False, optimizer_offload=False, offload_policy=False,
+                      mixed_precision=None, forward_only=False)
+        config.update(overrides)
+        return types.SimpleNamespace(engine_config=types.SimpleNamespace(**config),
+                                     model_config=types.SimpleNamespace(lora_rank=8, enable_activation_offload=False))
+
+    assert unsharded_actor.refusal(engine(), 1) is None
+    assert "runs on 2 ranks" in unsharded_actor.refusal(engine(), 2)
+    assert "strategy is 'fsdp'" in unsharded_actor.refusal(engine(strategy="fsdp"), 1)
+    assert "fsdp_config.param_offload=True" in unsharded_actor.refusal(engine(param_offload=True), 1)
+    assert "torch.float16" in unsharded_actor.refusal(engine(mixed_precision={"param_dtype": "fp16"}), 1)
+    full_fine_tune = engine()
+    full_fine_tune.model_config.lora_rank = 0
+    assert "full fine-tune" in unsharded_actor.refusal(full_fine_tune, 1)
+
+
+def test_frozen_weights_take_the_compute_dtype_and_trainable_ones_keep_theirs():
+    module = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.LayerNorm(3))
+    module[1].requires_grad_(False)
+    module.register_buffer("steps", torch.zeros(2))
+    unsharded_actor.unsharded(module, torch.bfloat16, "cpu")
+    assert module[0].weight.dtype == torch.float32 and module[1].weight.dtype == torch.bfloat16
+    assert module.steps.dtype == torch.float32
+
+
+def test_script_loads_the_patch_first_and_refuses_what_it_cannot_run():
+    assert "verl_ext.launch.unsharded_actor" not in (runtime_env_modules() or "")
+    modules = runtime_env_modules(ACTOR_FSDP="off", ACTOR_COMPILE="layers").split(",")
+    assert modules.index("verl_ext.launch.unsharded_actor") < modules.index("verl_ext.launch.compiled_layers")
+    script = str(TESTS.parent / "train/scripts/openspiel-ppo.sh")
+    for env, message in (({"ACTOR_FSDP": "no"}, "ACTOR_FSDP must be one of: on off; got 'no'"),
+                         ({"ACTOR_FSDP": "off", "N_GPUS_PER_NODE": "2"}, "ACTOR_FSDP=off is for one GPU"),
+                         ({"ACTOR_FSDP": "off", "ENABLE_LORA": "0"}, "ENABLE_LORA=0 FSDP_STRATEGY=fsdp2")):
+        bad = subprocess.run(["bash", script, "--dry-run"], capture_output=True, text=True, env={**os.environ, **env})
+        assert bad.returncode == 2 and message in bad.stderr, bad.stderr
