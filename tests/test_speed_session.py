@@ -299,7 +299,7 @@ def test_next_session_plans_runs_compose_and_pass_preflight():
     labels = set()
     for name in ("next-session.plan", "one-machine.plan", "startup-overlap.plan", "startup-fork.plan",
                  "startup-confirm.plan", "on-policy.plan", "phases.plan", "smoke-fsdp1.plan", "smoke-levers.plan", "startup-freeze.plan", "first-run.plan",
-                 "lm-head.plan", "loss-cut.plan", "compile.plan", "compile-b.plan"):
+                 "lm-head.plan", "loss-cut.plan", "compile.plan", "compile-b.plan", "no-fsdp.plan"):
         runs = [split_command(argv) for argv in plan(SPEED_PLAN_FILE=f"bench/plans/{name}")
                 if "bench/train_speed.sh" in argv]  # not the `bench SCRIPT` lines (test_every_tracked_plan_is_valid)
         ours = [(env, args) for env, (_, what), args in runs if what == "ours"]
@@ -318,13 +318,14 @@ def test_next_session_plans_runs_compose_and_pass_preflight():
                 ("verl_ext.launch.on_policy_update", env.get("OLD_LOG_PROB_PASS", OLD_LOG_PROB_PASS_DEFAULT) == "auto"),
                 ("verl_ext.launch.response_cut", env.get("LOSS_RESPONSE_CUT") == "gather"),
                 ("verl_ext.launch.response_logits", env.get("LM_HEAD_POSITIONS", "response") == "response"),
+                ("verl_ext.launch.unsharded_actor", env.get("ACTOR_FSDP") == "off"),
                 ("verl_ext.launch.compiled_layers", env.get("ACTOR_COMPILE") == "layers"),
                 ("verl_ext.launch.gc_freeze", env.get("GC_FREEZE", "1") == "1"),
                 ("verl_ext.launch.vllm_idle_spin", bool(env.get("ROLLOUT_IDLE_SPIN_S"))),
             ) if on]
             assert env_vars.get("VERL_USE_EXTERNAL_MODULES") == (",".join(modules) or None), (name, env)
     assert {"driver", "oneunit", "both", "fork", "all", "pass", "auto", "cut", "fsdp1", "fsdp1b", "nofreeze", "poll",
-            "phases", "nockpt", "oop", "head", "cut2", "compile", "compile2"} <= labels
+            "phases", "nockpt", "oop", "head", "cut2", "compile", "compile2", "nofsdp", "nofsdp2"} <= labels
 
 
 OLD_LOG_PROB_PASS_DEFAULT = "auto"  # train/scripts/lib/common.sh
