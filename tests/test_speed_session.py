@@ -318,7 +318,9 @@ def test_next_session_plans_runs_compose_and_pass_preflight():
                 ("verl_ext.launch.on_policy_update", env.get("OLD_LOG_PROB_PASS", OLD_LOG_PROB_PASS_DEFAULT) == "auto"),
                 ("verl_ext.launch.response_cut", env.get("LOSS_RESPONSE_CUT") == "gather"),
                 ("verl_ext.launch.response_logits", env.get("LM_HEAD_POSITIONS", "response") == "response"),
-                ("verl_ext.launch.unsharded_actor", env.get("ACTOR_FSDP") == "off"),
+                ("verl_ext.launch.unsharded_actor", env.get("ACTOR_FSDP", "auto") == "off" or (
+                    env.get("ACTOR_FSDP", "auto") == "auto" and env.get("ENABLE_LORA", "1") == "1"
+                    and env.get("FSDP_STRATEGY", "fsdp2") == "fsdp2")),  # the plans' runs are on one GPU
                 ("verl_ext.launch.compiled_layers", env.get("ACTOR_COMPILE") == "layers"),
                 ("verl_ext.launch.gc_freeze", env.get("GC_FREEZE", "1") == "1"),
                 ("verl_ext.launch.vllm_idle_spin", bool(env.get("ROLLOUT_IDLE_SPIN_S"))),

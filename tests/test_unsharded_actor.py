@@ -255,12 +255,62 @@ def test_frozen_weights_take_the_compute_dtype_and_trainable_ones_keep_theirs():
     assert module.steps.dtype == torch.float32
 
 
+def test_auto_keeps_fsdp2_for_a_refused_setting_and_off_raises(monkeypatch):
+    class Engine:
+        engine_config = types.SimpleNamespace(strategy="fsdp2", param_offload=True, optimizer_offload=False,
+                                              offload_policy=False, mixed_precision=None, forward_only=False)
+        model_config = types.SimpleNamespace(lora_rank=8, enable_activation_offload=False)
+
+        def _build_fsdp_module(self, module):
+            return "verl's FSDP2 build"
+
+        def load_checkpoint(self, local_path):
+            return local_path
+
+    impl = types.SimpleNamespace(FSDPEngine=Engine, get_device_id=lambda: "cpu", fsdp_version=lambda module: 0)
+    unsharded_actor.patch_engine(impl)
+    monkeypatch.setenv(unsharded_actor.MODE_ENV, "auto")
+    assert Engine()._build_fsdp_module(torch.nn.Linear(2, 2)) == "verl's FSDP2 build"
+    monkeypatch.delenv(unsharded_actor.MODE_ENV)
+    with pytest.raises(ValueError, match=r"ACTOR_FSDP=off: fsdp_config.param_offload=True offloads through FSDP"):
+        Engine()._build_fsdp_module(torch.nn.Linear(2, 2))
+    Engine.engine_config.param_offload = False
+    layer = torch.nn.Linear(2, 2)
+    layer.weight.requires_grad_(False)
+    assert Engine()._build_fsdp_module(layer) is layer  # the module itself, unwrapped
+    assert layer.weight.dtype == torch.bfloat16 and layer.bias.dtype == torch.float32
+
+
+def script_env(**env: str) -> dict[str, str]:
+    """The runtime_env's environment variables of openspiel-ppo.sh's smoke run with ``env``."""
+    from omegaconf import OmegaConf
+    from test_train_scripts import dry_run, overrides_of
+
+    from verl_ext.launch.preflight import compose
+
+    cfg = compose("ppo_trainer", overrides_of(dry_run("openspiel-ppo.sh", RUN_PROFILE="smoke", **env)))
+    return OmegaConf.to_container(cfg.ray_kwargs.ray_init.get("runtime_env") or {}).get("env_vars") or {}
+
+
+@pytest.mark.parametrize("env, loaded, mode", [
+    ({}, True, "auto"),  # the default: one GPU, LoRA, FSDP2
+    ({"ACTOR_FSDP": "off"}, True, None),  # asked for: a refused setting raises in the worker
+    ({"ACTOR_FSDP": "on"}, False, None),
+    ({"N_GPUS_PER_NODE": "2"}, False, None),  # auto on two GPUs: FSDP2
+    ({"ENABLE_LORA": "0"}, False, None),  # auto for a full fine-tune: FSDP2
+    ({"FSDP_STRATEGY": "fsdp"}, False, None),
+])
+def test_script_loads_the_patch_where_auto_or_off_allows_it(env, loaded, mode):
+    env_vars = script_env(**env)
+    assert ("verl_ext.launch.unsharded_actor" in env_vars.get("VERL_USE_EXTERNAL_MODULES", "")) is loaded
+    assert env_vars.get(unsharded_actor.MODE_ENV) == mode
+
+
 def test_script_loads_the_patch_first_and_refuses_what_it_cannot_run():
-    assert "verl_ext.launch.unsharded_actor" not in (runtime_env_modules() or "")
     modules = runtime_env_modules(ACTOR_FSDP="off", ACTOR_COMPILE="layers").split(",")
     assert modules.index("verl_ext.launch.unsharded_actor") < modules.index("verl_ext.launch.compiled_layers")
     script = str(TESTS.parent / "train/scripts/openspiel-ppo.sh")
-    for env, message in (({"ACTOR_FSDP": "no"}, "ACTOR_FSDP must be one of: on off; got 'no'"),
+    for env, message in (({"ACTOR_FSDP": "no"}, "ACTOR_FSDP must be one of: auto on off; got 'no'"),
                          ({"ACTOR_FSDP": "off", "N_GPUS_PER_NODE": "2"}, "ACTOR_FSDP=off is for one GPU"),
                          ({"ACTOR_FSDP": "off", "ENABLE_LORA": "0"}, "ENABLE_LORA=0 FSDP_STRATEGY=fsdp2")):
         bad = subprocess.run(["bash", script, "--dry-run"], capture_output=True, text=True, env={**os.environ, **env})

@@ -16,7 +16,8 @@ tensors (``merge-ppo`` reads them).
 
 What it refuses, by name: more than one rank (each would train its own copy), a full fine-tune (FSDP2 keeps fp32
 master weights and computes norms and embeddings in bf16; autocast cannot reproduce that), FSDP1, offloading,
-fp16 compute (verl's loss scaler is FSDP's), QAT and activation offloading. A forward-only engine (a separate
+fp16 compute (verl's loss scaler is FSDP's), QAT and activation offloading; under ``ACTOR_FSDP=auto`` (the train
+scripts' default) such an engine keeps FSDP2 and the reason goes to the log. A forward-only engine (a separate
 reference model) keeps verl's build. Loaded as ``verl_ext.launch.unsharded_actor`` through
 ``VERL_USE_EXTERNAL_MODULES``.
 """
@@ -26,6 +27,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import os
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -37,6 +39,9 @@ from verl_ext.import_hook import after_import
 ENGINE_MODULE = "verl.workers.engine.fsdp.transformer_impl"
 _PATCHED = "_verl_ext_unsharded_actor"
 SWITCH = "ACTOR_FSDP=off"
+# "auto" (the train scripts' default, resolved to off for a one-GPU LoRA actor): a refused setting keeps FSDP2 with
+# the reason logged instead of stopping the run; unset: ACTOR_FSDP=off, where it raises
+MODE_ENV = "VERL_EXT_ACTOR_FSDP"
 
 logger = logging.getLogger(__name__)
 
@@ -107,7 +112,11 @@ def patch_engine(transformer_impl: ModuleType) -> None:
     def _build_fsdp_module(self: Any, module: torch.nn.Module) -> torch.nn.Module:
         if self.engine_config.forward_only:
             return verl_build(self, module)
-        reason = refusal(self, torch.distributed.get_world_size())
+        world_size = torch.distributed.get_world_size() if torch.distributed.is_initialized() else 1
+        reason = refusal(self, world_size)
+        if reason is not None and os.environ.get(MODE_ENV) == "auto":
+            logger.warning("verl_ext.unsharded_actor: ACTOR_FSDP=auto keeps FSDP2 for this actor: %s", reason)
+            return verl_build(self, module)
         if reason is not None:
             raise ValueError(f"{SWITCH}: {reason}")
         dtype = compute_dtype(self.engine_config)

@@ -188,19 +188,28 @@ grpo_args() {
   : "${GRADIENT_CHECKPOINTING:=1}" "${ACTOR_MODEL_DTYPE:=fp32}"
   : "${N_GPUS_PER_NODE:=1}" "${NNODES:=1}" "${TENSOR_PARALLEL_SIZE:=1}"
   # off: on one GPU, verl's LoRA actor is a plain module instead of FSDP2 units (verl_ext/unsharded_actor.py): the
-  # same bf16 compute and fp32 adapter gradients without FSDP2's per-layer all-gather, free and gradient copies,
-  # which cost the H100 smoke micro batch 0.09-0.20 s (docs/speed.md 0s). on: verl's FSDP2 (any number of GPUs).
-  : "${ACTOR_FSDP:=on}"
-  require_choice ACTOR_FSDP "$ACTOR_FSDP" on off
-  if [[ "$ACTOR_FSDP" == off ]]; then
+  # same bf16 compute and fp32 adapter gradients (equal bit for bit on the CPU) without FSDP2's per-layer all-gather,
+  # free and gradient copies. H100 smoke load (docs/speed.md 0t): update 0.60 / 0.62 vs 0.73 / 0.73 s and weight
+  # sync 0.10-0.13 vs 0.24-0.29 s in two pairs (a third: update 0.83 vs 0.70 s, sync 0.13 vs 0.29 s), actor memory
+  # 3.1 vs 3.8 GB. on: verl's FSDP2 (any number of GPUs). auto: off for a one-GPU LoRA actor under FSDP2, else on;
+  # a setting the plain module cannot run (offloading, fp16, ...) then keeps FSDP2 with the reason in the log.
+  : "${ACTOR_FSDP:=auto}"
+  require_choice ACTOR_FSDP "$ACTOR_FSDP" auto on off
+  local actor_fsdp_mode="$ACTOR_FSDP"
+  if [[ "$ACTOR_FSDP" == auto ]]; then
+    ACTOR_FSDP=on
+    if (( N_GPUS_PER_NODE * NNODES == 1 )) && [[ "$ENABLE_LORA" == 1 && "$FSDP_STRATEGY" == fsdp2 ]]; then
+      ACTOR_FSDP=off
+    fi
+  elif [[ "$ACTOR_FSDP" == off ]]; then
     if (( N_GPUS_PER_NODE * NNODES != 1 )); then
       echo "ACTOR_FSDP=off is for one GPU; N_GPUS_PER_NODE=$N_GPUS_PER_NODE NNODES=$NNODES would train a copy of the" \
-        "model per GPU. Use ACTOR_FSDP=on." >&2
+        "model per GPU. Use ACTOR_FSDP=on or auto." >&2
       exit 2
     fi
     if [[ "$ENABLE_LORA" != 1 || "$FSDP_STRATEGY" != fsdp2 ]]; then
       echo "ACTOR_FSDP=off replaces FSDP2's build of a LoRA actor; ENABLE_LORA=$ENABLE_LORA FSDP_STRATEGY=$FSDP_STRATEGY." \
-        "Use ENABLE_LORA=1 FSDP_STRATEGY=fsdp2, or ACTOR_FSDP=on." >&2
+        "Use ENABLE_LORA=1 FSDP_STRATEGY=fsdp2, or ACTOR_FSDP=on or auto." >&2
       exit 2
     fi
   fi
@@ -377,7 +386,11 @@ grpo_args() {
   [[ "$LOSS_RESPONSE_CUT" == gather ]] && modules="${modules:+$modules,}verl_ext.launch.response_cut"
   [[ "$LM_HEAD_POSITIONS" == response ]] && modules="${modules:+$modules,}verl_ext.launch.response_logits"
   # before compiled_layers: its wrap of verl's FSDP build goes outside this one, so it compiles the plain module too
-  [[ "$ACTOR_FSDP" == off ]] && modules="${modules:+$modules,}verl_ext.launch.unsharded_actor"
+  if [[ "$ACTOR_FSDP" == off ]]; then
+    modules="${modules:+$modules,}verl_ext.launch.unsharded_actor"
+    # auto: the worker keeps FSDP2 (with the reason) where a Hydra override asks for what the plain module cannot do
+    [[ "$actor_fsdp_mode" == auto ]] && ARGS+=(+ray_kwargs.ray_init.runtime_env.env_vars.VERL_EXT_ACTOR_FSDP=auto)
+  fi
   [[ "$ACTOR_COMPILE" == layers ]] && modules="${modules:+$modules,}verl_ext.launch.compiled_layers"
   [[ "$GC_FREEZE" == 1 ]] && modules="${modules:+$modules,}verl_ext.launch.gc_freeze"
   if [[ -n "$ROLLOUT_IDLE_SPIN_S" ]]; then
