@@ -206,14 +206,16 @@ def test_without_the_module_verls_trainer_runs_its_pass():
 
 
 def test_train_script_loads_the_module_in_every_ray_worker_with_auto_only():
-    assert runtime_env_modules(OLD_LOG_PROB_PASS="auto", GC_FREEZE="0", LM_HEAD_POSITIONS="all") \
+    assert runtime_env_modules(OLD_LOG_PROB_PASS="auto", GC_FREEZE="0", ACTOR_FSDP="on", LM_HEAD_POSITIONS="all") \
         == "verl_ext.launch.vllm_worker_fork,verl_ext.launch.on_policy_update"
-    assert runtime_env_modules(OLD_LOG_PROB_PASS="auto", ROLLOUT_BACKEND="sglang", GC_FREEZE="0", LM_HEAD_POSITIONS="all",
+    assert runtime_env_modules(OLD_LOG_PROB_PASS="auto", ROLLOUT_BACKEND="sglang", GC_FREEZE="0", ACTOR_FSDP="on",
+                               LM_HEAD_POSITIONS="all",
                                SGLANG_IS_FLASHINFER_AVAILABLE="true") == "verl_ext.launch.on_policy_update"
-    assert runtime_env_modules(OLD_LOG_PROB_PASS="auto", ROLLOUT_WORKER_START="spawn", GC_FREEZE="0", LM_HEAD_POSITIONS="all",
+    assert runtime_env_modules(OLD_LOG_PROB_PASS="auto", ROLLOUT_WORKER_START="spawn", GC_FREEZE="0", ACTOR_FSDP="on",
+                               LM_HEAD_POSITIONS="all",
                                VERL_USE_EXTERNAL_MODULES="my.mod") == "my.mod,verl_ext.launch.on_policy_update"
-    assert runtime_env_modules(OLD_LOG_PROB_PASS="always", GC_FREEZE="0", LM_HEAD_POSITIONS="all") == "verl_ext.launch.vllm_worker_fork"
-    assert runtime_env_modules(OLD_LOG_PROB_PASS="always", ROLLOUT_WORKER_START="spawn", GC_FREEZE="0", LM_HEAD_POSITIONS="all") is None
+    assert runtime_env_modules(OLD_LOG_PROB_PASS="always", GC_FREEZE="0", ACTOR_FSDP="on", LM_HEAD_POSITIONS="all") == "verl_ext.launch.vllm_worker_fork"
+    assert runtime_env_modules(OLD_LOG_PROB_PASS="always", ROLLOUT_WORKER_START="spawn", GC_FREEZE="0", ACTOR_FSDP="on", LM_HEAD_POSITIONS="all") is None
     bad = subprocess.run(["bash", str(TESTS.parent / "train/scripts/openspiel-ppo.sh"), "--dry-run"],
                          capture_output=True, text=True, env={**os.environ, "OLD_LOG_PROB_PASS": "skip"})
     assert bad.returncode == 2 and "OLD_LOG_PROB_PASS must be one of: auto always; got 'skip'" in bad.stderr

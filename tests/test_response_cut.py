@@ -152,7 +152,7 @@ def test_verls_update_with_the_gathered_cut_has_verls_gradient():
 
 def test_train_script_loads_the_cut_with_gather_only_and_refuses_other_values():
     assert runtime_env_modules(LOSS_RESPONSE_CUT="gather", ROLLOUT_WORKER_START="spawn", OLD_LOG_PROB_PASS="always",
-                               GC_FREEZE="0", LM_HEAD_POSITIONS="all") == "verl_ext.launch.response_cut"
+                               GC_FREEZE="0", ACTOR_FSDP="on", LM_HEAD_POSITIONS="all") == "verl_ext.launch.response_cut"
     assert "verl_ext.launch.response_cut" not in (runtime_env_modules() or "")  # verl's cut by default
     bad = subprocess.run(["bash", str(TESTS.parent / "train/scripts/openspiel-ppo.sh"), "--dry-run"],
                          capture_output=True, text=True, env={**os.environ, "LOSS_RESPONSE_CUT": "fast"})

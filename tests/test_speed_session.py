@@ -327,7 +327,7 @@ def test_next_session_plans_runs_compose_and_pass_preflight():
             ) if on]
             assert env_vars.get("VERL_USE_EXTERNAL_MODULES") == (",".join(modules) or None), (name, env)
     assert {"driver", "oneunit", "both", "fork", "all", "pass", "auto", "cut", "fsdp1", "fsdp1b", "nofreeze", "poll",
-            "phases", "nockpt", "oop", "head", "cut2", "compile", "compile2", "nofsdp", "nofsdp2"} <= labels
+            "phases", "nockpt", "oop", "head", "cut2", "compile", "compile2", "nofsdp", "nofsdp2", "fsdp2b"} <= labels
 
 
 OLD_LOG_PROB_PASS_DEFAULT = "auto"  # train/scripts/lib/common.sh

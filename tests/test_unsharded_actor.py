@@ -101,6 +101,9 @@ ENGINE_COMPARE = ENGINE_SETUP + textwrap.dedent("""
                                                 forward_only=True)
         log_probs = torch.cat([t.flatten() for t in out["model_output"]["log_probs"].unbind()])
         sent = list(lora_merged_sync.merged_tensors(module, "cpu"))
+        # ROLLOUT_LORA_MERGE=0: the adapter verl sends once the base weights are in the rollout engine
+        adapter = fsdp_utils.collect_lora_params(module, layered_summon=False, base_sync_done=True)
+        sent += [(name, full(tensor)) for name, tensor in adapter.items()]
         return module, steps, trained, log_probs, sent
 
     fsdp_module, fsdp_steps, fsdp_trained, fsdp_lp, fsdp_sent = run(plain=False)
@@ -113,9 +116,10 @@ ENGINE_COMPARE = ENGINE_SETUP + textwrap.dedent("""
     print("TRAINED", max((fsdp_trained[n] - trained[n]).abs().max().item() for n in trained),
           max(t.abs().max().item() for t in trained.values()), sorted(trained) == sorted(fsdp_trained))
     print("LOGPROB_DIFF", (fsdp_lp - log_probs).abs().max().item())
-    print("SYNC", [n for n, _ in fsdp_sent] == [n for n, _ in sent], len(sent),
-          sorted({str(t.dtype) for _, t in sent}),
-          max((a.float() - b.float()).abs().max().item() for (_, a), (_, b) in zip(fsdp_sent, sent)))
+    print("SYNC_ORDER", [n for n, _ in fsdp_sent] == [n for n, _ in sent])
+    print("SYNC_COUNT", len(sent), sum("lora_A" in n for n, _ in sent))
+    print("SYNC_DTYPES", *sorted({str(t.dtype) for _, t in sent}))
+    print("SYNC_DIFF", max((a.float() - b.float()).abs().max().item() for (_, a), (_, b) in zip(fsdp_sent, sent)))
 """)
 
 
@@ -155,9 +159,11 @@ def test_plain_actor_computes_what_fsdp2_computes(setup):
     param_diff, param_scale, same_names = lines["TRAINED"][0].split()
     assert same_names == "True" and float(param_scale) > 0 and float(param_diff) <= 1e-6 * float(param_scale)
     assert float(lines["LOGPROB_DIFF"][0]) <= 1e-5
-    same_order, count, dtypes, sync_diff = lines["SYNC"][0].split(" ", 3)
-    assert same_order == "True" and int(count) > 0
-    assert dtypes == "['torch.bfloat16']" and float(sync_diff) == 0.0  # the same bf16 weights for the rollout
+    # merged bf16 weights for the rollout, then the fp32 adapter of an unmerged sync: the same names and bits
+    assert lines["SYNC_ORDER"] == ["True"]
+    count, adapters = map(int, lines["SYNC_COUNT"][0].split())
+    assert count > adapters > 0
+    assert lines["SYNC_DTYPES"] == ["torch.bfloat16 torch.float32"] and float(lines["SYNC_DIFF"][0]) == 0.0
 
 
 CHECKPOINTS = ENGINE_SETUP + textwrap.dedent("""
