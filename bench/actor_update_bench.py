@@ -30,7 +30,9 @@ import verl_ext.attention  # noqa: F401  (registers attn_implementation="torch_v
 class Variant(NamedTuple):
     """How the actor is held and fed: verl's FSDP2 engine keys in brackets."""
 
-    model_dtype: str  # fp32 master weights with bf16 compute, or bf16 (fsdp_config.model_dtype)
+    # fp32 master weights with bf16 compute, or bf16 (fsdp_config.model_dtype); "plain": the fp32 model as
+    # ACTOR_FSDP=off holds it (verl_ext.unsharded_actor: frozen weights bf16, the adapter fp32, under autocast)
+    model_dtype: str
     fsdp: bool  # fully_shard per decoder layer and the root, or a plain module under autocast
     packed: bool  # one padding-free row (model.use_remove_padding) or padded rows
     attn: str  # attn_implementation
@@ -62,6 +64,9 @@ VARIANTS: dict[str, Variant] = {
     # verl's layout with each decoder layer compiled (ACTOR_COMPILE=layers); the warm-up steps compile
     "packed_varlen_compiled": Variant("fp32", True, True, "torch_varlen", True, compiled=True),
     "no_fsdp_bf16_packed_varlen_compiled": Variant("bf16", False, True, "torch_varlen", True, compiled=True),
+    # the one-GPU actor of ACTOR_FSDP=off (the train scripts' default there): verl's numbers without FSDP units
+    "unsharded_packed_varlen": Variant("plain", False, True, "torch_varlen", True),
+    "unsharded_packed_varlen_compiled": Variant("plain", False, True, "torch_varlen", True, compiled=True),
 }
 OPTIONAL_VARIANTS: dict[str, Variant] = {
     # torch.compile of flex attention ran for minutes on the H100 before the first step: opt-in only
@@ -101,7 +106,7 @@ def build_model(path: str, model_dtype: str, attn: str, checkpointing: bool, use
     from peft import LoraConfig, TaskType, get_peft_model
     from transformers import AutoModelForCausalLM
 
-    dtype = torch.float32 if model_dtype == "fp32" else torch.bfloat16
+    dtype = torch.bfloat16 if model_dtype == "bf16" else torch.float32
     model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation=attn)
     model.config.use_cache = False
     model.train()  # Hugging Face applies activation checkpointing in training mode only
@@ -112,6 +117,10 @@ def build_model(path: str, model_dtype: str, attn: str, checkpointing: bool, use
                                              target_modules="all-linear", bias="none"))
     for param in model.parameters():  # verl casts the adapter to the base dtype
         param.data = param.data.to(dtype)
+    if model_dtype == "plain":
+        from verl_ext.unsharded_actor import unsharded
+
+        unsharded(model, torch.bfloat16, device)
     model.to(device)
     if use_fsdp:
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard

@@ -86,7 +86,7 @@ def test_actor_update_bench_runs_each_variant_on_cpu(tmp_path, monkeypatch):
     sys_argv = ["actor_update_bench.py", "--model", str(model_dir), "--device", "cpu", "--tokens", "96",
                 "--min-len", "16", "--max-len", "40", "--warmup", "0", "--iters", "1",
                 "--variants", "verl_default,padded,no_fsdp_bf16_padded,packed_varlen,packed_varlen_no_reshard,"
-                "packed_varlen_root_only", "--profile", "padded",
+                "packed_varlen_root_only,unsharded_packed_varlen", "--profile", "padded",
                 "--profile-out", str(tmp_path / "profile.txt"), "--out", str(out), "--check-varlen"]
     old_argv, sys.argv = sys.argv, sys_argv
     try:
@@ -96,7 +96,8 @@ def test_actor_update_bench_runs_each_variant_on_cpu(tmp_path, monkeypatch):
     summary = json.loads(out.read_text())
     results = summary["results"]
     assert [r["variant"] for r in results] == ["verl_default", "padded", "no_fsdp_bf16_padded", "packed_varlen",
-                                            "packed_varlen_no_reshard", "packed_varlen_root_only"]
+                                            "packed_varlen_no_reshard", "packed_varlen_root_only",
+                                            "unsharded_packed_varlen"]
     # the packed row under torch_varlen gives the padded rows' log-probs (bf16 model, SDPA per sequence on CPU)
     check = summary["varlen_check"]
     assert check["tokens"] <= 96 and check["max_abs_logprob_diff"] < 0.05
@@ -104,6 +105,7 @@ def test_actor_update_bench_runs_each_variant_on_cpu(tmp_path, monkeypatch):
     ops = {r["variant"]: r["cpu_ops"] for r in results}
     assert all(count > 100 for count in ops.values())
     assert ops["packed_varlen_root_only"] < ops["packed_varlen"]  # one FSDP unit: no per-layer hooks
+    assert ops["unsharded_packed_varlen"] < ops["packed_varlen_root_only"]  # no FSDP unit at all
     assert "Name" in (tmp_path / "profile.txt").read_text()
 
 
