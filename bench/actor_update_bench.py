@@ -120,8 +120,9 @@ def build_model(path: str, model_dtype: str, attn: str, checkpointing: bool, use
     if model_dtype == "plain":
         from verl_ext.unsharded_actor import unsharded
 
-        unsharded(model, torch.bfloat16, device)
-    model.to(device)
+        unsharded(model, torch.bfloat16, device)  # moves it to the device too
+    else:
+        model.to(device)
     if use_fsdp:
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 

@@ -97,6 +97,55 @@ CPU_ACTOR_ENGINE = textwrap.dedent("""
                              "global_batch_size": len(seqs), **non_tensor})
 """)
 
+# CPU_ACTOR_ENGINE's engine with the smoke run's actor config, the train scripts' switches taken from `SCRIPT_ENV` (a
+# dict the script defines before this). Leaves `actor_config`, `fsdp_utils`, `lora_actor(bf16_base)` (the tiny
+# Qwen2 as verl's _build_module and _build_lora_module leave it: padding-free monkey patch, activation checkpointing,
+# PEFT LoRA on every linear with lora_B trained away from zero; bf16_base rounds the base weights to bf16 numbers, a
+# bf16 checkpoint's), `batches` (two PPO batches of different token counts) and `ppo_batch(seqs, lengths,
+# max_token_len_per_gpu, **flags)`.
+SMOKE_LORA_ACTOR = CPU_ACTOR_ENGINE + textwrap.dedent("""
+    from peft import LoraConfig, get_peft_model
+    from torch.distributed.device_mesh import init_device_mesh
+    from test_train_scripts import dry_run, overrides_of
+    import verl.utils.fsdp_utils as fsdp_utils
+
+    smoke = overrides_of(dry_run("openspiel-ppo.sh", RUN_PROFILE="smoke", OLD_LOG_PROB_PASS="always", **SCRIPT_ENV))
+    actor_config = omega_conf_to_dataclass(compose("ppo_trainer", smoke).actor_rollout_ref.actor)
+    engine.engine_config = actor_config.fsdp_config  # with the actor's strategy, as verl's actor config sets it
+    engine.model_config = types.SimpleNamespace(lora_rank=4, enable_activation_offload=False,
+                                                enable_gradient_checkpointing=True)
+    engine.device_mesh = init_device_mesh("cpu", (1,), mesh_dim_names=("fsdp",))
+    fsdp_utils.get_device_id = lambda: "cpu"
+
+    def lora_actor(bf16_base=False):
+        model = tiny_qwen2(attention.ATTN_IMPLEMENTATION)
+        if bf16_base:
+            with torch.no_grad():
+                for param in model.parameters():
+                    param.copy_(param.bfloat16().float())
+        apply_monkey_patch(model, use_remove_padding=True, use_fused_kernels=False)
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.enable_input_require_grads()
+        model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules="all-linear"))
+        g = torch.Generator().manual_seed(3)
+        with torch.no_grad():
+            for name, param in model.named_parameters():
+                if "lora_B" in name:
+                    param.copy_(torch.randn(param.shape, generator=g) * 0.5)
+        return model
+
+    g = torch.Generator().manual_seed(11)
+    batches = []
+    for lengths in ([(9, 5), (12, 2), (8, 7), (10, 4), (7, 6)], [(6, 9), (11, 3), (5, 5)]):
+        seqs = [torch.randint(0, 64, (p + r,), generator=g) for p, r in lengths]
+        batches.append((seqs, lengths))
+
+    def ppo_batch(seqs, lengths, max_token_len_per_gpu, **flags):
+        return ppo_micro_batch(seqs, lengths, [1.0, -0.5, 0.7, -1.2, 0.2][:len(seqs)], -4.0,
+                               max_token_len_per_gpu=max_token_len_per_gpu, **flags)
+""")
+
+
 def free_port() -> str:
     """A TCP port on 127.0.0.1 that nothing listens on right now (the child's MASTER_PORT)."""
     with socket.socket() as sock:

@@ -17,56 +17,23 @@ from pathlib import Path
 
 import pytest
 import torch
-from gloo_rank import CPU_ACTOR_ENGINE, run_on_one_rank
+from gloo_rank import SMOKE_LORA_ACTOR, run_on_one_rank
 from test_train_scripts import runtime_env_modules
 
 from verl_ext import compiled_layers
 
 TESTS = Path(__file__).parent
 
-ENGINE_COMPARE = CPU_ACTOR_ENGINE + textwrap.dedent("""
+ENGINE_COMPARE = "SCRIPT_ENV = {'ACTOR_COMPILE': 'layers'}\n" + SMOKE_LORA_ACTOR + textwrap.dedent("""
     import torch._dynamo
-    from peft import LoraConfig, get_peft_model
-    from torch.distributed.device_mesh import init_device_mesh
-    from test_train_scripts import dry_run, overrides_of
-
-    smoke = overrides_of(dry_run("openspiel-ppo.sh", RUN_PROFILE="smoke", OLD_LOG_PROB_PASS="always",
-                                 ACTOR_COMPILE="layers"))
-    rollout_cfg = compose("ppo_trainer", smoke).actor_rollout_ref
-    actor_config = omega_conf_to_dataclass(rollout_cfg.actor)
-    engine.engine_config = actor_config.fsdp_config  # with the actor's strategy, as verl's actor config sets it
-    engine.model_config = types.SimpleNamespace(lora_rank=4, enable_activation_offload=False,
-                                                enable_gradient_checkpointing=True)
-    engine.device_mesh = init_device_mesh("cpu", (1,), mesh_dim_names=("fsdp",))
-    import verl.utils.fsdp_utils as fsdp_utils
-    fsdp_utils.get_device_id = lambda: "cpu"
     print("PATCHED", getattr(fsdp_engine.FSDPEngine, "_verl_ext_compiled_layers", False))
 
-    # verl's _build_module (checkpointing), _build_lora_module (PEFT), then the FSDP2 build: verl's own (eager) or
-    # the patched one (compiled layers); lora_B trained away from zero, the same weights for both
+    # verl's FSDP2 build: verl's own (eager) or the patched one (compiled layers), the same weights for both
     def build(compiled):
-        model = tiny_qwen2(attention.ATTN_IMPLEMENTATION)
-        apply_monkey_patch(model, use_remove_padding=True, use_fused_kernels=False)
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        model.enable_input_require_grads()
-        model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules="all-linear"))
-        g = torch.Generator().manual_seed(3)
-        with torch.no_grad():
-            for name, param in model.named_parameters():
-                if "lora_B" in name:
-                    param.copy_(torch.randn(param.shape, generator=g) * 0.5)
         fsdp_build = fsdp_engine.FSDPEngine._build_fsdp_module
-        return fsdp_build(engine, model) if compiled else fsdp_build.__wrapped__(engine, model)
+        return fsdp_build(engine, lora_actor()) if compiled else fsdp_build.__wrapped__(engine, lora_actor())
 
-    g = torch.Generator().manual_seed(11)
-    batches = []
-    for lengths in ([(9, 5), (12, 2), (8, 7), (10, 4), (7, 6)], [(6, 9), (11, 3), (5, 5)]):
-        seqs = [torch.randint(0, 64, (p + r,), generator=g) for p, r in lengths]
-        batches.append((seqs, lengths))
-
-    def batch(seqs, lengths, **flags):
-        return ppo_micro_batch(seqs, lengths, [1.0, -0.5, 0.7, -1.2, 0.2][:len(seqs)], -4.0,
-                               max_token_len_per_gpu=80, **flags)
+    batch = functools.partial(ppo_batch, max_token_len_per_gpu=80)
 
     def run(compiled):
         engine.module = build(compiled)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from gloo_rank import CPU_ACTOR_ENGINE, run_on_one_rank
+from gloo_rank import SMOKE_LORA_ACTOR, run_on_one_rank
 from safetensors.torch import load_file
 from test_train_scripts import runtime_env_modules
 
@@ -26,58 +26,26 @@ from verl_ext import unsharded_actor
 
 TESTS = Path(__file__).parent
 
-# the engine of CPU_ACTOR_ENGINE with the smoke run's actor config (ACTOR_FSDP=off), and build(plain): the tiny
-# Qwen2 with base weights that are bf16 numbers (a bf16 checkpoint's), LoRA on every linear with lora_B trained away
-# from zero, through verl's FSDP2 build (plain=False) or the patched one
-ENGINE_SETUP = CPU_ACTOR_ENGINE + textwrap.dedent("""
+# SMOKE_LORA_ACTOR with ACTOR_FSDP=off, verl's optimizer config and engine state, and build(plain): the tiny Qwen2
+# with base weights that are bf16 numbers (a bf16 checkpoint's) through verl's FSDP2 build (plain=False) or the
+# patched one, with its AdamW
+ENGINE_SETUP = "SCRIPT_ENV = {'ACTOR_FSDP': 'off'}\n" + SMOKE_LORA_ACTOR + textwrap.dedent("""
     import inspect
-    from peft import LoraConfig, get_peft_model
-    from torch.distributed.device_mesh import init_device_mesh
-    from test_train_scripts import dry_run, overrides_of
-    import verl.utils.fsdp_utils as fsdp_utils
 
-    smoke = overrides_of(dry_run("openspiel-ppo.sh", RUN_PROFILE="smoke", OLD_LOG_PROB_PASS="always",
-                                 ACTOR_FSDP="off"))
-    actor_config = omega_conf_to_dataclass(compose("ppo_trainer", smoke).actor_rollout_ref.actor)
-    engine.engine_config = actor_config.fsdp_config  # with the actor's strategy, as verl's actor config sets it
     engine.optimizer_config = actor_config.optim
-    engine.model_config = types.SimpleNamespace(lora_rank=4, enable_activation_offload=False,
-                                                enable_gradient_checkpointing=True)
-    engine.device_mesh = init_device_mesh("cpu", (1,), mesh_dim_names=("fsdp",))
     engine._qat_enabled = engine._is_offload_param = engine._is_offload_optimizer = False
     engine._uses_fsdp2_cpu_offload_policy = False
-    fsdp_utils.get_device_id = lambda: "cpu"
     print("PATCHED", getattr(fsdp_engine.FSDPEngine, "_verl_ext_unsharded_actor", False))
 
     def build(plain):
-        model = tiny_qwen2(attention.ATTN_IMPLEMENTATION)
-        with torch.no_grad():
-            for param in model.parameters():
-                param.copy_(param.bfloat16().float())
-        apply_monkey_patch(model, use_remove_padding=True, use_fused_kernels=False)
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        model.enable_input_require_grads()
-        model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules="all-linear"))
-        g = torch.Generator().manual_seed(3)
-        with torch.no_grad():
-            for name, param in model.named_parameters():
-                if "lora_B" in name:
-                    param.copy_(torch.randn(param.shape, generator=g) * 0.5)
+        model = lora_actor(bf16_base=True)
         fsdp_build = fsdp_engine.FSDPEngine._build_fsdp_module
         engine.module = fsdp_build(engine, model) if plain else inspect.unwrap(fsdp_build)(engine, model)  # verl's
         engine.optimizer = torch.optim.AdamW([p for p in engine.module.parameters() if p.requires_grad], lr=1e-2)
         return engine.module
 
     full = lambda t: t.full_tensor() if hasattr(t, "full_tensor") else t
-    g = torch.Generator().manual_seed(11)
-    batches = []
-    for lengths in ([(9, 5), (12, 2), (8, 7), (10, 4), (7, 6)], [(6, 9), (11, 3), (5, 5)]):
-        seqs = [torch.randint(0, 64, (p + r,), generator=g) for p, r in lengths]
-        batches.append((seqs, lengths))
-
-    def batch(seqs, lengths, **flags):
-        return ppo_micro_batch(seqs, lengths, [1.0, -0.5, 0.7, -1.2, 0.2][:len(seqs)], -4.0,
-                               max_token_len_per_gpu=40, **flags)
+    batch = functools.partial(ppo_batch, max_token_len_per_gpu=40)  # two or more micro batches per batch
 
     def train_step(seqs, lengths):
         engine.optimizer.zero_grad()
