@@ -79,6 +79,9 @@ ENGINE_COMPARE = ENGINE_SETUP + textwrap.dedent("""
     print("TYPES", type(fsdp_module).__name__, type(module).__name__, fsdp_utils.fsdp_version(module))
     print("DTYPES", *sorted({str(p.dtype) for p in module.parameters() if not p.requires_grad}), "|",
           *sorted({str(p.dtype) for p in module.parameters() if p.requires_grad}))
+    from peft.tuners.tuners_utils import BaseTunerLayer
+    tuners = [m for m in module.modules() if isinstance(m, BaseTunerLayer)]
+    print("INPUT_CASTS", len(tuners), sum(m.cast_input_dtype_enabled for m in tuners))
     for (f_loss, f_grad, f_norm), (loss, grad, norm) in zip(fsdp_steps, steps):
         print("STEP", f_loss, loss, (f_grad - grad).abs().max().item(), f_grad.abs().max().item(), f_norm, norm)
     print("TRAINED", max((fsdp_trained[n] - trained[n]).abs().max().item() for n in trained),
@@ -119,6 +122,9 @@ def test_plain_actor_computes_what_fsdp2_computes(setup):
     fsdp_type, plain_type, version = lines["TYPES"][0].split()
     assert fsdp_type.startswith("FSDP") and not plain_type.startswith("FSDP") and version == "0"
     assert lines["DTYPES"] == ["torch.bfloat16 | torch.float32"]  # frozen base in the compute dtype, adapter fp32
+    # PEFT's bf16 -> fp32 input copy is off in every LoRA layer, and the numbers below are still FSDP2's
+    tuner_layers, casting = map(int, lines["INPUT_CASTS"][0].split())
+    assert tuner_layers > 0 and casting == 0
     assert len(lines["STEP"]) == 2
     for step in lines["STEP"]:
         fsdp_loss, loss, grad_diff, scale, fsdp_norm, norm = map(float, step.split())
@@ -227,6 +233,23 @@ def test_frozen_weights_take_the_compute_dtype_and_trainable_ones_keep_theirs():
     unsharded_actor.unsharded(module, torch.bfloat16, "cpu")
     assert module[0].weight.dtype == torch.float32 and module[1].weight.dtype == torch.bfloat16
     assert module.steps.dtype == torch.float32
+
+
+@pytest.mark.parametrize("dtype, casting", [(torch.bfloat16, False), (torch.float32, True)])
+def test_peft_input_cast_is_off_only_under_autocast(dtype, casting):
+    # bf16 compute: verl's autocast casts the adapter's matmul inputs, so PEFT's fp32 copy of each input is waste;
+    # fp32 compute (no autocast): input and adapter share a dtype, PEFT's setting is left alone
+    from peft import LoraConfig, get_peft_model
+    from peft.tuners.tuners_utils import BaseTunerLayer
+
+    model = get_peft_model(torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 2)),
+                           LoraConfig(r=2, target_modules=["0", "1"]))
+    unsharded_actor.unsharded(model, dtype, "cpu")
+    tuners = [m for m in model.modules() if isinstance(m, BaseTunerLayer)]
+    assert len(tuners) == 2 and all(m.cast_input_dtype_enabled is casting for m in tuners)
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == torch.bfloat16):
+        out = model(torch.randn(3, 4, dtype=dtype))
+    assert out.dtype == dtype and torch.isfinite(out.float()).all()
 
 
 def test_auto_keeps_fsdp2_for_a_refused_setting_and_off_raises(monkeypatch):

@@ -84,11 +84,23 @@ def refusal(engine: Any, world_size: int) -> str | None:
 
 def unsharded(module: torch.nn.Module, dtype: torch.dtype, device: Any) -> torch.nn.Module:
     """``module`` on ``device`` with its frozen floating-point parameters in ``dtype`` (what FSDP2's mixed
-    precision computes with); trainable parameters and buffers keep their dtype."""
+    precision computes with); trainable parameters and buffers keep their dtype.
+
+    With a lower-precision ``dtype`` (verl's forward then runs under autocast) PEFT's input cast is turned off:
+    each LoRA layer would otherwise copy its ``dtype`` input to the adapter's fp32 only for autocast to copy it
+    back for the adapter's matmul, twice more in the backward and again in each checkpointed recompute. The
+    values are the same (the round trip is exact); the copies are not made.
+    """
+    from peft.tuners.tuners_utils import BaseTunerLayer
+
     with torch.no_grad():
         for param in module.parameters():
             if not param.requires_grad and param.is_floating_point() and param.dtype != dtype:
                 param.data = param.data.to(dtype)
+    if dtype != torch.float32:
+        for layer in module.modules():
+            if isinstance(layer, BaseTunerLayer):
+                layer.cast_input_dtype_enabled = False
     return module.to(device)
 
 
