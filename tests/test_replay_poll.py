@@ -92,7 +92,7 @@ def _sync_buffer(module: types.ModuleType, poll_interval: float | None) -> objec
     return ours.poll_replay_buffer(**args, refill_fn=lambda n: n)
 
 
-@pytest.mark.parametrize("poll_interval, seen_at, polls", [(None, 4.0, 3), (0.1, 3.3, 34)])
+@pytest.mark.parametrize("poll_interval, seen_at, polls", [(None, 4.0, 3), (0.1, 3.3, 34), (0.02, 3.3, 166)])
 def test_rollout_phase_ends_on_the_poll_grid(verl_buffers, poll_interval, seen_at, polls):
     module, clock, tq = verl_buffers(done_at=3.3)
     buffer = _sync_buffer(module, poll_interval)
@@ -107,7 +107,28 @@ def test_async_trainers_get_verls_async_buffer(verl_buffers):
     module, _, _ = verl_buffers(done_at=0.0)
     buffer = ours.poll_replay_buffer("colocate_async", OmegaConf.create({}), None, "drop",
                                      OmegaConf.create({"poll_interval": 0.25}), refill_fn=lambda n: n)
-    assert type(buffer) is module.ReplayBufferAsync and buffer.poll_interval == 0.25
+    assert type(buffer).__mro__[1] is module.ReplayBufferAsync and buffer.poll_interval == 0.25
+
+
+def test_a_slow_look_stretches_the_wait_and_a_fast_one_does_not(verl_buffers, monkeypatch):
+    # a look that takes 12 ms of real time (TransferQueue listing a big batch): the sleep after it is >= 12 ms x
+    # 0.85 / 0.15 = 68 ms instead of 0.02 s, so looking stays under 15 % of the driver's time
+    import time
+
+    module, clock, tq = verl_buffers(done_at=1.0)
+    listing = tq.kv_list
+
+    def slow_list():
+        time.sleep(0.012)
+        return listing()
+
+    monkeypatch.setattr(tq, "kv_list", slow_list)
+    buffer = _sync_buffer(module, 0.02)
+    buffer.sample(global_steps=1, partition_id="train", batch_size=1)
+    assert clock.sleeps and all(s >= 0.012 * 0.85 / 0.15 for s in clock.sleeps)
+    assert buffer.poll_interval == 0.02  # the setting itself is kept
+    assert ours.poll_sleep_s(0.02, 0.003) == 0.02  # the realistic load's 3 ms look keeps the interval
+    assert ours.poll_sleep_s(0.02, 0.030) == pytest.approx(0.17)
 
 
 @pytest.mark.parametrize("kwargs, message", [
@@ -147,7 +168,7 @@ def test_the_knob_composes_into_verls_config_and_passes_preflight():
     from test_train_scripts import dry_run, overrides_of
 
     default = compose("ppo_trainer", overrides_of(dry_run("openspiel-ppo.sh", RUN_PROFILE="smoke")))
-    assert ours.uses_poll_sampler(default) and default.trainer.v1.sampler.sampler_kwargs.poll_interval == 0.1
+    assert ours.uses_poll_sampler(default) and default.trainer.v1.sampler.sampler_kwargs.poll_interval == 0.02
     assert check_ppo(default, check_imports=False) == []
     slower = compose("ppo_trainer", overrides_of(dry_run("openspiel-ppo.sh", RUN_PROFILE="smoke",
                                                          ROLLOUT_POLL_INTERVAL="0.5")))

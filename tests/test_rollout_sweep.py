@@ -48,7 +48,7 @@ def test_every_setting_composes_and_passes_preflight():
         configs[setting.name] = cfg
     rollout = configs["measured_1123"].actor_rollout_ref.rollout
     assert rollout.max_num_seqs == 1024 and rollout.max_num_batched_tokens == 16384
-    assert configs["baseline"].trainer.v1.sampler.sampler_kwargs.poll_interval == 0.1  # the default
+    assert configs["baseline"].trainer.v1.sampler.sampler_kwargs.poll_interval == 0.02  # the default
     assert dict(configs["poll_off"].trainer.v1.sampler.sampler_kwargs) == {}  # verl's built-in sampler
     assert configs["baseline"].actor_rollout_ref.model.lora.merge is True  # the default since 2026-11-24
     assert configs["lora_adapter"].actor_rollout_ref.model.lora.merge is False

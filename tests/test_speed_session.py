@@ -68,7 +68,7 @@ def test_candidate_settings_compose_and_pass_preflight():
     cfg = compose("ppo_trainer", overrides_of(argv))
     assert check_ppo(cfg, check_imports=False) == []
     assert cfg.actor_rollout_ref.model.lora.merge is True
-    assert cfg.trainer.v1.sampler.sampler_kwargs.poll_interval == 0.1  # the default since this session
+    assert cfg.trainer.v1.sampler.sampler_kwargs.poll_interval == 0.02  # the default (docs/speed.md 0u)
 
 
 def test_first_session_settings_still_compose():

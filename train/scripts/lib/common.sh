@@ -219,9 +219,11 @@ grpo_args() {
   # verl's per-step dumps of prompts and responses (text; large on long runs): off unless set
   : "${ROLLOUT_DUMP_DIR:=}"
   # Seconds between verl's looks for finished rollouts: verl's v1 replay buffer sleeps a fixed 2 s, so every
-  # rollout phase ended on a 2 s grid (H100: smoke generation 2.07 -> 0.80 s with 0.1; docs/speed.md).
-  # "off" (or empty): verl's built-in sampler, e.g. for DAPO group filtering.
-  : "${ROLLOUT_POLL_INTERVAL=0.1}"
+  # rollout phase ended on a 2 s grid (H100: smoke generation 2.07 -> 0.80 s with 0.1; docs/speed.md). 0.02 against
+  # 0.1 (H100, docs/speed.md 0u): realistic generation 6.95 vs 8.04 / 8.46 s, smoke generation off the 0.1 s grid
+  # (0.29-0.33 s, where 0.1 ended at 0.315 or 0.417 s). A look that takes longer than 15 % of the wait stretches it
+  # (verl_ext/replay_buffer.py). "off" (or empty): verl's built-in sampler, e.g. for DAPO group filtering.
+  : "${ROLLOUT_POLL_INTERVAL=0.02}"
   [[ "$ROLLOUT_POLL_INTERVAL" == off ]] && ROLLOUT_POLL_INTERVAL=""
   # LoRA: 1 merges the adapter into the weights sent to the rollout engine each step (verl's model.lora.merge),
   # so vLLM/SGLang generate without LoRA kernels; 0 serves it as an adapter (--enable-lora). H100, 128 x 8 x 512:
