@@ -153,6 +153,16 @@ def free_port() -> str:
         return str(sock.getsockname()[1])
 
 
+def printed_lines(done: subprocess.CompletedProcess) -> dict[str, list[str]]:
+    """A child's "KEY values" lines by KEY (every line with that key, in order), after checking it exited 0."""
+    assert done.returncode == 0, done.stderr[-4000:]
+    lines: dict[str, list[str]] = {}
+    for line in done.stdout.splitlines():
+        key, _, rest = line.partition(" ")
+        lines.setdefault(key, []).append(rest)
+    return lines
+
+
 def run_on_one_rank(script: str, *args: str, timeout: int = 300) -> subprocess.CompletedProcess:
     """Run ``script`` in a child interpreter with ``args`` and a free port last; its output and status."""
     return subprocess.run([sys.executable, "-c", script, *args, free_port()], capture_output=True, text=True,

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from gloo_rank import SMOKE_LORA_ACTOR, run_on_one_rank
+from gloo_rank import SMOKE_LORA_ACTOR, printed_lines, run_on_one_rank
 from test_train_scripts import runtime_env_modules
 
 from verl_ext import compiled_layers
@@ -69,13 +69,7 @@ ENGINE_COMPARE = "SCRIPT_ENV = {'ACTOR_COMPILE': 'layers'}\n" + SMOKE_LORA_ACTOR
 def run_engine(backend: str) -> dict[str, list[str]]:
     env_setup = ("import os\nos.environ['VERL_USE_EXTERNAL_MODULES'] = 'verl_ext.launch.compiled_layers'\n"
                  f"os.environ['VERL_EXT_COMPILE_BACKEND'] = {backend!r}\n")
-    done = run_on_one_rank(env_setup + ENGINE_COMPARE, str(TESTS), timeout=600)
-    assert done.returncode == 0, done.stderr[-4000:]
-    lines: dict[str, list[str]] = {}
-    for line in done.stdout.splitlines():
-        key, _, rest = line.partition(" ")
-        lines.setdefault(key, []).append(rest)
-    return lines
+    return printed_lines(run_on_one_rank(env_setup + ENGINE_COMPARE, str(TESTS), timeout=600))
 
 
 def test_compiled_layers_in_verls_update_capture_the_same_computation():

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from gloo_rank import SMOKE_LORA_ACTOR, run_on_one_rank
+from gloo_rank import SMOKE_LORA_ACTOR, printed_lines, run_on_one_rank
 from safetensors.torch import load_file
 from test_train_scripts import runtime_env_modules
 
@@ -94,15 +94,6 @@ ENGINE_COMPARE = ENGINE_SETUP + textwrap.dedent("""
 """)
 
 
-def lines_of(done: subprocess.CompletedProcess) -> dict[str, list[str]]:
-    assert done.returncode == 0, done.stderr[-4000:]
-    lines: dict[str, list[str]] = {}
-    for line in done.stdout.splitlines():
-        key, _, rest = line.partition(" ")
-        lines.setdefault(key, []).append(rest)
-    return lines
-
-
 ENV_SETUP = "import os\nos.environ['VERL_USE_EXTERNAL_MODULES'] = 'verl_ext.launch.unsharded_actor'\n"
 # ACTOR_COMPILE=layers on top, in the train scripts' order; aot_eager runs the captured graphs op by op
 WITH_COMPILED_LAYERS = ("import os\nos.environ['VERL_USE_EXTERNAL_MODULES'] = "
@@ -115,7 +106,7 @@ def test_plain_actor_computes_what_fsdp2_computes(setup):
     script = setup + ENGINE_COMPARE + textwrap.dedent("""
         print("COMPILED", sum(getattr(m, "_verl_ext_compiled_forward", False) for m in module.modules()))
     """)
-    lines = lines_of(run_on_one_rank(script, str(TESTS), timeout=600))
+    lines = printed_lines(run_on_one_rank(script, str(TESTS), timeout=600))
     assert lines["PATCHED"] == ["True"]
     # the plain module's two decoder layers compiled (the FSDP2 run is verl's own build, eager)
     assert lines["COMPILED"] == (["2"] if setup is WITH_COMPILED_LAYERS else ["0"])
@@ -183,7 +174,7 @@ CHECKPOINTS = ENGINE_SETUP + textwrap.dedent("""
 def test_plain_checkpoints_resume_merge_and_refuse_fsdp2_ones(tmp_path):
     from verl_ext.merge.cli import main
 
-    lines = lines_of(run_on_one_rank(ENV_SETUP + CHECKPOINTS, str(TESTS), str(tmp_path), timeout=600))
+    lines = printed_lines(run_on_one_rank(ENV_SETUP + CHECKPOINTS, str(TESTS), str(tmp_path), timeout=600))
     # every parameter back (the fresh module's had changed), and AdamW's state for every adapter tensor
     assert lines["RESUMED"] == ["True True True"]
     [refused] = lines["REFUSED"]
