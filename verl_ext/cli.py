@@ -12,6 +12,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "eval": ("verl_ext.evaluation.cli", "evaluate models on held-out tasks, full games vs bots, logic tasks"),
     "merge": ("verl_ext.merge.cli", "merge FSDP/LoRA checkpoints into Hugging Face models (same as merge-ppo)"),
     "plot": ("verl_ext.plot", "training curves (PNG + JSON) from a run's metrics and sample logs"),
+    "samples": ("verl_ext.sample_view", "print the model replies a run's sample log kept (--step N, --last)"),
     "wheelhouse": ("verl_ext.wheelhouse.cli", "offline wheelhouse: download, pack into chunks, install"),
 }
 

@@ -96,5 +96,5 @@ def compute_score(data_source: Any = None, solution_str: Any = None, ground_trut
         if _failures <= _MAX_LOGGED_FAILURES:
             logger.exception("verl_ext.compute_score failed (data_source=%r); scoring 0", data_source)
         scored = _result(0.0, False, False, 0.0, True, started)
-    sample_log.record(info if isinstance(info, Mapping) else {}, scored)
+    sample_log.record(info if isinstance(info, Mapping) else {}, scored, solution_str)
     return scored

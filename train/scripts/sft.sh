@@ -20,6 +20,7 @@ load_dotenv
 : "${SFT_MAX_LENGTH:=1536}" "${MICRO_BATCH_SIZE_PER_GPU:=8}" "${PROJECT_NAME:=verl-ext}" "${EXPERIMENT_NAME:=sft}"
 : "${CHECKPOINT_DIR:=$REPO_ROOT/checkpoints/$PROJECT_NAME/$EXPERIMENT_NAME}" "${LOG_DIR:=$REPO_ROOT/logs}"
 : "${ATTN_IMPLEMENTATION:=sdpa}" "${LOGGERS:=[console,file,wandb]}" "${SFT_SEED:=1}"
+check_loggers  # drops (or, LOGGER_CHECK=strict, stops on) a logger $PYTHON cannot import
 # constant: verl's default; cosine decays to 0 over the run (what from-scratch training wants)
 : "${LR_SCHEDULER:=constant}" "${LR_WARMUP_RATIO:=0}"
 # -1: save only at the end; after_each_epoch, or every N steps, lets a killed run resume close to where it stopped

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..replay_buffer import sampler_problems
+from .loggers import config_problems as logger_problems
 from .switches import check_attention, check_switches
 
 # override key -> the variable the train scripts set it from
@@ -117,6 +118,9 @@ def check_ppo(cfg: Any, check_imports: bool = True, environ: Mapping[str, str] |
         problems += _check_envs(cfg)
     problems += sampler_problems(cfg)
     problems += check_switches(cfg, os.environ if environ is None else environ, check_imports)
+    if check_imports:  # a logger verl would import only once the trainer starts (LOGGERS, or an override)
+        problems += logger_problems(cfg.trainer.get("logger"), (os.environ if environ is None else environ)
+                                    .get("LOGGER_CHECK", "fallback"))
     if check_imports:  # the GPU's memory is only known on the GPU machine
         from verl_ext.launch.memory import check_resident_rollout
 
@@ -133,6 +137,7 @@ def check_sft(cfg: Any) -> list[str]:
             problems.append(f"data.{key}: no such file {path!r} (make it with `verl-ext export --format sft`)")
     problems += _check_model(cfg.model.path, _int(cfg, "data.max_length"))
     problems += check_attention(cfg.model, "model", check_imports=True)
+    problems += logger_problems(cfg.trainer.get("logger"), os.environ.get("LOGGER_CHECK", "fallback"))
     return problems
 
 

@@ -97,6 +97,22 @@ log_prob_flags() {
   if [[ "$USE_FUSED_KERNELS" == "1" ]]; then fused=True; fi
 }
 
+# LOGGERS (verl's trainer.logger): every logger must import in $PYTHON, or verl stops minutes in, once the trainer
+# starts (verl_ext/launch/loggers.py). LOGGER_CHECK=fallback (default) drops the ones that do not and says which and
+# why (nothing left: [console,file]); strict stops here naming the module; off checks nothing. A dry run only looks
+# the modules up; a launch imports them (~0.6 s for wandb), which also catches a broken install.
+check_loggers() {
+  require_choice LOGGER_CHECK "${LOGGER_CHECK:=fallback}" fallback strict off
+  [[ "$LOGGER_CHECK" == off ]] && return 0
+  command -v "$PYTHON" >/dev/null 2>&1 || return 0  # require_python names a missing interpreter at launch
+  local flags=(--mode "$LOGGER_CHECK") resolved rc=0
+  [[ "$DRY_RUN" == 1 ]] || flags+=(--import)
+  resolved="$("$PYTHON" "$REPO_ROOT/verl_ext/launch/loggers.py" "${flags[@]}" "$LOGGERS")" || rc=$?
+  if (( rc == 2 )); then exit 2; fi
+  if (( rc != 0 )); then return 0; fi  # an interpreter that cannot run it: require_python says why at launch
+  LOGGERS="$resolved"
+}
+
 # The GRPO recipe: verl main_ppo overrides built from the environment.
 grpo_args() {
   : "${MODEL_PATH:=Qwen/Qwen2.5-0.5B-Instruct}"
@@ -216,6 +232,7 @@ grpo_args() {
   : "${PROJECT_NAME:=verl-ext}" "${EXPERIMENT_NAME:=${TASK_NAME}-${RUN_PROFILE}}"
   : "${CHECKPOINT_DIR:=$REPO_ROOT/checkpoints/$PROJECT_NAME/$EXPERIMENT_NAME}"
   : "${LOG_DIR:=$REPO_ROOT/logs}" "${LOGGERS:=[console,file,wandb]}"
+  check_loggers
   # verl's per-step dumps of prompts and responses (text; large on long runs): off unless set
   : "${ROLLOUT_DUMP_DIR:=}"
   # Seconds between verl's looks for finished rollouts: verl's v1 replay buffer sleeps a fixed 2 s, so every
@@ -407,6 +424,29 @@ grpo_args() {
     ARGS+=(trainer.v1.sampler.custom_sampler.path=pkg://verl_ext.replay_buffer
       trainer.v1.sampler.custom_sampler.name=poll_replay_buffer
       +trainer.v1.sampler.sampler_kwargs.poll_interval="$ROLLOUT_POLL_INTERVAL")
+  fi
+  sample_log_steps
+}
+
+# Step numbers in the sample log (verl_ext/sample_steps.py): a sync GRPO step scores TRAIN_BATCH_SIZE x ROLLOUT_N
+# samples, and a resumed run starts after the checkpoint's step. Hydra overrides of those keys count too.
+sample_log_steps() {
+  local bs="$TRAIN_BATCH_SIZE" n="$ROLLOUT_N" dir="$CHECKPOINT_DIR" resume=auto arg
+  for arg in ${OVERRIDES[@]+"${OVERRIDES[@]}"}; do
+    case "$arg" in
+      data.train_batch_size=*) bs="${arg#*=}" ;;
+      actor_rollout_ref.rollout.n=*) n="${arg#*=}" ;;
+      trainer.default_local_dir=*) dir="${arg#*=}" ;;
+      trainer.resume_mode=*) resume="${arg#*=}" ;;
+    esac
+  done
+  if [[ -z "${VERL_EXT_SAMPLES_PER_STEP:-}" && "$bs" =~ ^[0-9]+$ && "$n" =~ ^[0-9]+$ ]]; then
+    export VERL_EXT_SAMPLES_PER_STEP=$(( bs * n ))
+  fi
+  local latest="$dir/latest_checkpointed_iteration.txt"
+  if [[ -z "${VERL_EXT_SAMPLE_STEP_OFFSET:-}" && "$resume" == auto && -f "$latest" ]]; then
+    VERL_EXT_SAMPLE_STEP_OFFSET="$(tr -dc 0-9 < "$latest")"
+    export VERL_EXT_SAMPLE_STEP_OFFSET="${VERL_EXT_SAMPLE_STEP_OFFSET:-0}"
   fi
 }
 

@@ -1,0 +1,63 @@
+"""Which step a scored sample belongs to, counted across every reward worker process of a run.
+
+verl 0.9.1 does not pass the trainer's step to ``compute_score``, and its reward workers are separate processes.
+The sample log's side file ``<log>.count`` (a few bytes of JSON, updated under ``flock``) counts each split's
+samples in the order they were scored. A sync GRPO step scores exactly ``TRAIN_BATCH_SIZE x ROLLOUT_N`` training
+samples (verl_ext/runlog.py relies on the same), so with that ``per_step`` (``VERL_EXT_SAMPLES_PER_STEP``, which
+the train scripts export) sample ``i`` is in block ``i // per_step``. Without it (and for validation, whose size
+the scripts do not know) a block is a burst: a sample after ``GAP_S`` seconds without one of its split starts the
+next block. Blocks count from 1 in each log; the scripts pass the step a resumed run starts after
+(``VERL_EXT_SAMPLE_STEP_OFFSET``) so that training blocks are verl's step numbers.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+from dataclasses import dataclass
+
+GAP_S = 30.0
+_fds: dict[tuple[int, str], int] = {}  # (pid, path): a forked child opens its own (flock is per open file)
+
+
+@dataclass(frozen=True)
+class Position:
+    """A sample's place: its ``block`` (1-based in this log) and its ``index`` in that block (0-based)."""
+
+    block: int
+    index: int
+
+
+def _fd(path: str) -> int:
+    key = (os.getpid(), path)
+    fd = _fds.get(key)
+    if fd is None:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        _fds[key] = fd
+    return fd
+
+
+def claim(count_path: str, split: str, now: float, per_step: int | None) -> Position:
+    """Count one sample of ``split`` and return its position (raises OSError/ValueError when the side file
+    cannot be used)."""
+    fd = _fd(count_path)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        raw = os.pread(fd, 65536, 0)
+        state = json.loads(raw) if raw.strip() else {}
+        count, block, index, last = state.get(split) or (0, 0, -1, 0.0)
+        count, block, index, last = int(count), int(block), int(index), float(last)
+        if per_step:
+            block, index = count // per_step + 1, count % per_step
+        elif count == 0 or now - last >= GAP_S:
+            block, index = block + 1, 0
+        else:
+            index += 1
+        state[split] = [count + 1, block, index, now]
+        data = json.dumps(state).encode()
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, data, 0)
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+    return Position(block, index)
