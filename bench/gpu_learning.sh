@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The learning evidence run on the lent GPU (no network): install the carried wheel chunks, then run stages of
-# train/recipes/from-scratch.sh in RUN_DIR; pack logs, metrics, eval results and plots into one archive under
+# train/recipes/recipe.sh (MODEL=blank by default, MODEL=smollm2 for the real model) in RUN_DIR; pack logs, metrics, eval results and plots into one archive under
 # $OUT, and merged models in parts small enough for the harness to return (to start later runs from them).
 #   bash bench/gpu_learning.sh install | pack | model-out [MODEL_DIR_NAME ...] | model-in DIR | <recipe stages...>
 #   bash bench/gpu_learning.sh detach <recipe stages...> | queue <recipe stages...> | wait-detached SECONDS | stop
@@ -136,5 +136,5 @@ case "${1:-}" in
   "") echo "usage: bench/gpu_learning.sh install | pack | model-out [NAME ...] | model-in DIR | <recipe stages>" \
           "| detach <recipe stages> | queue <recipe stages> | wait-detached SECONDS | stop" >&2
       exit 2 ;;
-  *) bash train/recipes/from-scratch.sh "$@" ;;
+  *) bash train/recipes/recipe.sh "$@" ;;  # MODEL=blank (default) | smollm2 | a folder
 esac

