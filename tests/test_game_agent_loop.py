@@ -1,11 +1,12 @@
 """Contract tests of the full-game agent loop against the installed verl 0.9.1, without a GPU.
 
 The loop class is built the way verl's AgentLoopWorker builds it (hydra.utils.instantiate of the entry in
-verl_ext/games/agent_loops.yaml, verl's composed config, a real HF tokenizer, the Qwen continuous-token
-builder verl picks for model_type qwen2); rewards go through verl's AgentLoopWorker (in-process, no Ray) and
-RewardLoopWorker, and a mixed batch through AgentLoopWorker.generate_sequences itself. A scripted token
-server stands in for vLLM: it answers each generate() call with token ids from a policy that can see the live
-OpenSpiel state, honours max_tokens, and returns log-probs and the fields verl's LLMServerClient adds.
+verl_ext/games/agent_loops.yaml, verl's composed config, a real HF tokenizer, model_type qwen2; the loop
+swaps verl's model-type continuous-token builder for the chat template's, turn_tokens.py); rewards go
+through verl's AgentLoopWorker (in-process, no Ray) and RewardLoopWorker, and a mixed batch through
+AgentLoopWorker.generate_sequences itself. A scripted token server stands in for vLLM: it answers each
+generate() call with token ids from a policy that can see the live OpenSpiel state, honours max_tokens, and
+returns log-probs and the fields verl's LLMServerClient adds.
 """
 
 from __future__ import annotations
@@ -46,8 +47,8 @@ ANSWER = re.compile(r"<answer>(.*?)</answer>")
 @pytest.fixture(scope="module")
 def game_tokenizer(tmp_path_factory):
     """A tokenizer trained on the games played here (prompts compress as with the project's tiny models), saved
-    with a tiny random Qwen2 config and weights: verl's AgentLoopWorker reads the model folder (model_type qwen2
-    selects verl's Qwen continuous-token builder); no weights are run."""
+    with a tiny random Qwen2 config and weights: verl's AgentLoopWorker reads the model folder (model_type qwen2;
+    the game loop takes its turn boundary from the chat template whatever the type); no weights are run."""
     from transformers import AutoTokenizer
 
     mixture = EnvMixture({"openspiel": {"game_types": ["tic_tac_toe", "connect_four", "leduc_poker"],

@@ -6,7 +6,9 @@ merges into ``extra_info``), not from the decoded response, which holds the whol
 
 Use with ``reward.custom_reward_function.path=pkg://verl_ext.reward
 reward.custom_reward_function.name=compute_score``. It never raises: a broken row or any
-exception scores 0 and is counted in the ``failed`` metric.
+exception scores 0 and is counted in the ``failed`` metric. A game record that does not add up
+(``games/record_check.py``: outcome not what its returns say, non-finite values, a game not over, counts
+beyond the turns they count) is refused the same way, with a rate-limited warning naming the field.
 """
 
 from __future__ import annotations
@@ -18,10 +20,13 @@ from typing import Any
 
 from . import sample_log
 from .envs.config import to_plain
+from .envs.episode import EpisodeEnv
 from .envs.registry import cached_env
 from .games import RECORD_FIELD
 from .games.match import GameRecord
+from .games.record_check import RecordError, trusted_record
 from .games.scoring import GAME_METRIC_KEYS, game_metrics, score_game
+from .log_limit import RateLimitedLog
 
 logger = logging.getLogger(__name__)
 # Every call returns exactly these keys (verl turns them into metrics; keys must not vary by sample).
@@ -29,6 +34,7 @@ logger = logging.getLogger(__name__)
 METRIC_KEYS = ("score", "format_ok", "valid", "task_score", "failed", "reward_ms", "dataset_ms") + GAME_METRIC_KEYS
 _MAX_LOGGED_FAILURES = 20
 _failures = 0
+_refusals = RateLimitedLog(logger)  # refused game records: first 5, then at most one a minute
 
 
 def _result(score: float, format_ok: float, valid: float, task_score: float, failed: bool,
@@ -51,7 +57,10 @@ def _score_game_row(adapter: Any, info: Mapping[str, Any], started: float) -> di
         raise ValueError("a full-game row reached the reward without a played game: was it rolled out by the "
                          "verl_ext_game agent loop? (actor_rollout_ref.rollout.agent.agent_loop_config_path must "
                          "name verl_ext/games/agent_loops.yaml; TASK_MODE=game in the train script sets it)")
-    record = GameRecord.from_dict(dict(raw))
+    if not isinstance(adapter, EpisodeEnv):
+        raise ValueError(f"extra_info.env={info.get('env')!r} does not play full games (extra_info.mode='game')")
+    case = str(info.get("case"))
+    record = trusted_record(raw, adapter.utility_range(case), case)
     result = score_game(record, adapter.game_settings)
     return _result(result.score, result.format_rate, result.legal_rate, result.outcome, False, started,
                    _dataset_ms(info), record)
@@ -91,6 +100,10 @@ def compute_score(data_source: Any = None, solution_str: Any = None, ground_trut
             result = adapter.score(str(info["case"]), str(info["state"]), solution_str)
             scored = _result(result.score, result.format_ok, result.valid, result.task_score, False, started,
                              _dataset_ms(info))
+    except RecordError as err:  # a game record that does not add up: refused, scored 0, counted as failed
+        _refusals.warn("verl_ext.compute_score refused a game record (data_source=%r): %s; scoring 0",
+                       data_source, err)
+        scored = _result(0.0, False, False, 0.0, True, started)
     except Exception:  # a reward must never take training down; count it and score the minimum
         _failures += 1
         if _failures <= _MAX_LOGGED_FAILURES:

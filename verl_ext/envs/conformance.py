@@ -148,8 +148,9 @@ def check_episodes(adapter: EpisodeEnv, case: str, seeds: tuple[int, ...] = (0, 
     From every seat and each seed, two episodes fed the same seeded replies must show the same prompts and
     end the same way (chance resolved by the env, never a chance node to move); every prompt lists its legal
     moves and the answer format; each legal move written as an answer is legal; hostile replies never raise
-    and are never legal; returns come per player and normalise into [0, 1]; the engine's reference move at the first turn,
-    if the env has one, is legal. Games stop after ``max_moves``.
+    and are never legal; returns come per player, lie in the adapter's ``utility_range`` and normalise into
+    [0, 1] as that range does; the engine's reference move at the first turn, if the env has one, is legal.
+    Games stop after ``max_moves``.
     """
     num_players = adapter.start_episode(case, seeds[0], 0).num_players
     for seed in seeds:
@@ -197,4 +198,9 @@ def _play_episode(adapter: EpisodeEnv, case: str, seed: int, seat: int, max_move
     for player in range(episode.num_players):
         if not 0.0 <= episode.normalised_return(player) <= 1.0:
             raise _fail(None, "episode returns", f"{case}: normalised return {episode.normalised_return(player)}")
+    utility = adapter.utility_range(case)  # the reward refuses a game record whose returns fall outside it
+    if utility.num_players != episode.num_players or not all(utility.low <= r <= utility.high for r in returns):
+        raise _fail(None, "episode returns", f"{case}: returns {returns} outside utility_range {utility}")
+    if any(utility.normalise(r) != episode.normalised_return(p) for p, r in enumerate(returns)):
+        raise _fail(None, "episode returns", f"{case}: utility_range {utility} normalises {returns} unlike the episode")
     return tuple(prompts), tuple(returns), episode.is_over()

@@ -69,6 +69,22 @@ def parse_opponent(text: object, where: str, allowed: tuple[str, ...] = OPPONENT
     return Opponent(value)
 
 
+@dataclass(frozen=True)
+class UtilityRange:
+    """What the end of a game can pay: one return per player, each in [``low``, ``high``] (OpenSpiel's
+    ``game.min_utility()`` / ``max_utility()``), summing to 0 in a ``zero_sum`` game."""
+
+    num_players: int
+    low: float
+    high: float
+    zero_sum: bool = False
+
+    def normalise(self, value: float) -> float:
+        """``value`` mapped to [0, 1] by the range (win 1, draw 0.5, loss 0 in two-player zero-sum games)."""
+        lo, hi = self.low, self.high
+        return min(1.0, max(0.0, (value - lo) / (hi - lo))) if hi > lo else 0.5
+
+
 @runtime_checkable
 class Episode(Protocol):
     """One game in progress. ``seat`` is the trained policy's seat; chance nodes never show."""
@@ -138,4 +154,8 @@ class EpisodeEnv(Protocol):
 
     def opponent_problem(self, case: str, opponent: Opponent) -> str | None:
         """Why ``opponent`` cannot play ``case`` (e.g. MCTS needs terminal rewards), else None."""
+        ...
+
+    def utility_range(self, case: str) -> UtilityRange:
+        """The players and the range of returns of ``case`` (the reward checks game records against it)."""
         ...

@@ -20,7 +20,7 @@ from .answer import ParsedAnswer, parse_answer
 from .base import ScoreResult, Task
 from .caching import OnceLRU
 from .config import ConfigError, from_mapping
-from .episode import MoveCheck, Opponent
+from .episode import MoveCheck, Opponent, UtilityRange
 from .game_settings import GameSettings
 
 if TYPE_CHECKING:
@@ -306,6 +306,12 @@ class OpenSpielAdapter:
         if opponent.kind == "mcts" and not terminal_rewards_only(case):
             return "per-step rewards: OpenSpiel MCTS needs terminal rewards"
         return None
+
+    def utility_range(self, case: str) -> UtilityRange:
+        """``case``'s players and OpenSpiel utility range (``min_utility()`` .. ``max_utility()``)."""
+        game = load_game(case)
+        zero_sum = game.get_type().utility == pyspiel.GameType.Utility.ZERO_SUM
+        return UtilityRange(game.num_players(), float(game.min_utility()), float(game.max_utility()), zero_sum)
 
     def _random_position(self, game: pyspiel.Game, seed: int) -> pyspiel.State:
         """Seeded random play to a non-terminal decision node (chance outcomes from the same RNG)."""

@@ -6,14 +6,18 @@ into tokens:
 
 - the trained policy's conversation is one token stream built with verl's Continuous Token helpers: its
   first prompt, then per turn its reply (``response_mask`` 1, with the rollout's log-probs) and the next
-  user message (the position prompt or a correction; mask 0); a reply cut by the per-turn token cap gets
-  the chat template's end-of-turn token appended as an environment token (mask 0), so the transcript stays
-  well formed;
+  user message (the position prompt or a correction; mask 0); the builder's turn boundary comes from the
+  chat template (``turn_tokens.py``: e.g. the ``\\n`` ChatML puts after ``<|im_end|>``, whatever the model
+  type), so the stream is the template's rendering of the conversation;
 - a self-play opponent is the same policy through the same server in its own context; its tokens never
   enter the trained sample;
-- budgets: ``game.max_tokens_per_turn`` per reply (passed as ``max_tokens`` on every call) and verl's
-  ``rollout.response_length`` for the whole game (replies plus environment messages); when the next user
-  message or reply does not fit, the game is stopped as truncated and scored as configured;
+- budgets: ``game.max_tokens_per_turn`` per reply and verl's ``rollout.response_length`` for the whole game
+  (replies plus environment messages). Each call passes ``max_tokens = min(max_tokens_per_turn, room left)``,
+  so a reply that would run over either budget is cut there, not dropped: the chat template's end-of-turn
+  token is appended as an environment token (mask 0; cut off again if the reply took the budget's last
+  position) and the cut reply is judged like any other (a complete answer is played, an unfinished one is
+  rejected: a retry or a forfeit). The game is stopped as truncated (``response_budget``) and scored with
+  ``truncated_reward`` only when the next user message leaves no room to generate a token;
 - the reward is not set here: the game record goes into the sample's extra fields and verl's reward loop
   hands it to ``verl_ext.reward.compute_score`` (one scoring path for game and single-move rows).
 """
@@ -34,6 +38,7 @@ from ..envs.game_settings import GameSettings
 from ..envs.registry import cached_env
 from . import RECORD_FIELD
 from .match import Match, MatchRules, Message
+from .turn_tokens import template_builder
 
 logger = logging.getLogger(__name__)
 _TURN_END_IDS: dict[int, int | None] = {}
@@ -105,6 +110,10 @@ class GameAgentLoop(AgentLoopBase):
         self.prompt_length = int(self.rollout_config.prompt_length)
         self.response_length = int(self.rollout_config.response_length)
         self.turn_end = turn_end_id(self.tokenizer)
+        if not self.continuous_token_builder.supports_multimodal():  # the turn boundary from the chat template
+            builder = template_builder(self.tokenizer, to_plain(self.apply_chat_template_kwargs) or {})
+            if builder is not None:
+                self.continuous_token_builder, self.turn_end = builder, builder.boundary.end
 
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
         setup = game_setup(kwargs.get("extra_info"))

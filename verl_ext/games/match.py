@@ -105,6 +105,13 @@ class GameRecord:
         return cls(**{k: v for k, v in data.items() if k in known})
 
 
+def result_from_returns(returns: list[float], seat: int) -> str:
+    """``win`` / ``draw`` / ``loss``: ``seat``'s return above / equal to / below the best other player's."""
+    mine = returns[seat]
+    best_other = max((r for p, r in enumerate(returns) if p != seat), default=mine)
+    return "win" if mine > best_other else "draw" if mine == best_other else "loss"
+
+
 @dataclass
 class _Turn:
     player: int
@@ -224,9 +231,7 @@ class Match:
     def _finish_by_rules(self) -> None:
         episode, record = self.episode, self.record
         returns = episode.returns()
-        mine = returns[episode.seat]
-        best_other = max((r for p, r in enumerate(returns) if p != episode.seat), default=mine)
-        record.result = "win" if mine > best_other else "draw" if mine == best_other else "loss"
+        record.result = result_from_returns(returns, episode.seat)
         record.returns = returns
         record.normalised_return = episode.normalised_return(episode.seat)
         record.moves = episode.moves_played()

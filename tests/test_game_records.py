@@ -1,0 +1,175 @@
+"""The reward trusts a game record only when it adds up (verl_ext/games/record_check.py): one test per loophole
+of issue 45 item 4, and real played games (scripted replies through verl_ext/games/match.py) still scoring
+exactly as before the checks."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import random
+
+import numpy as np
+import pytest
+
+from verl_ext.envs.episode import UtilityRange
+from verl_ext.games import RECORD_FIELD
+from verl_ext.games.match import GameRecord, Match, MatchRules
+from verl_ext.games.record_check import RecordError, trusted_record
+from verl_ext.games.scoring import score_game
+from verl_ext.log_limit import RateLimitedLog
+from verl_ext.mixture import EnvMixture
+from verl_ext.reward import METRIC_KEYS, compute_score
+
+TIC_TAC_TOE = UtilityRange(2, -1.0, 1.0, zero_sum=True)
+
+
+def _rows(case: str = "tic_tac_toe", **game) -> list[dict]:
+    mixture = EnvMixture({"openspiel": {"game_types": [case], "task_mode": "game", "num_tasks_per_case": 4,
+                                        "game": {"illegal_retries": 1, **game}}})
+    return [mixture.row(ref, "train", i) for i, ref in enumerate(mixture.plan("train"))]
+
+
+def _score(record: dict, row: dict | None = None) -> dict[str, float]:
+    row = row or _rows()[0]
+    return compute_score(row["data_source"], "the whole conversation", "", {**row["extra_info"], RECORD_FIELD: record})
+
+
+def _win(**changes) -> dict:
+    """A legitimate tic_tac_toe win of seat 0 as Match writes it, with ``changes``."""
+    record = GameRecord("tic_tac_toe", 0, 0, "random", result="win", returns=[1.0, -1.0], normalised_return=1.0,
+                        moves=7, model_turns=4, model_moves=4, format_ok=4, model_tokens=40).to_dict()
+    return {**record, **changes}
+
+
+def _refused(record: dict, caplog: pytest.LogCaptureFixture, field: str, row: dict | None = None) -> str:
+    """Scores ``record`` and checks it was refused (0, failed) with a warning naming ``field``; the warning."""
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="verl_ext.reward"):
+        scored = _score(record, row)
+    assert tuple(scored) == METRIC_KEYS
+    assert scored["score"] == 0.0 and scored["failed"] == 1.0 and scored["game"] == 0.0 and scored["win"] == 0.0
+    warnings = [r.getMessage() for r in caplog.records if "refused a game record" in r.getMessage()]
+    assert warnings and f"game record {field}=" in warnings[0], caplog.text
+    return warnings[0]
+
+
+@pytest.fixture(autouse=True)
+def _every_refusal_logged(monkeypatch):
+    """A fresh rate limit per test, wide enough that each test's refusals are all logged."""
+    import verl_ext.reward as reward
+
+    monkeypatch.setattr(reward, "_refusals", RateLimitedLog(reward.logger, burst=100))
+
+
+def test_a_legitimate_record_is_paid_in_full():
+    scored = _score(_win())
+    assert (scored["score"], scored["failed"], scored["win"], scored["game"]) == (1.0, 0.0, 1.0, 1.0)
+
+
+def test_a_loss_claiming_a_full_return_is_refused(caplog):
+    # returns say loss, the record claims a normalised return of 1.0
+    message = _refused(_win(result="loss", returns=[-1.0, 1.0], normalised_return=1.0), caplog, "normalised_return")
+    assert "normalised_return=1.0" in message and "normalises to 0.0" in message
+    # the returns say loss, the record says win
+    assert "make it a loss" in _refused(_win(returns=[-1.0, 1.0]), caplog, "result")
+    # no returns: result and normalised return must agree (two-player zero-sum)
+    bare = {**_win(result="loss", normalised_return=1.0), "returns": None}
+    assert "makes it a win" in _refused(bare, caplog, "result")
+
+
+@pytest.mark.parametrize("field,value,named", [
+    ("normalised_return", math.nan, "normalised_return=nan"), ("normalised_return", math.inf, "normalised_return=inf"),
+    ("normalised_return", "1.0", "normalised_return='1.0'"), ("normalised_return", True, "normalised_return=True"),
+    ("returns", [math.nan, 0.0], "returns[0]=nan"), ("returns", [math.inf, -math.inf], "returns[0]=inf"),
+    ("returns", ["1", "-1"], "returns[0]='1'"), ("returns", [5.0, -5.0], "returns[0]=5.0"),
+    ("returns", [1.0], "returns=[1.0]"), ("returns", "win", "returns='win'"),
+    ("returns", [1.0, -0.5], "returns=[1.0, -0.5]"),  # tic_tac_toe is zero-sum
+])
+def test_non_finite_string_or_out_of_range_returns_are_refused(caplog, field, value, named):
+    message = _refused(_win(**{field: value}), caplog, named.split("=")[0])
+    assert f"game record {named}:" in message
+
+
+def test_a_game_that_is_not_over_is_refused(caplog):
+    assert "not over" in _refused(_win(result=None, returns=None, normalised_return=None), caplog, "result")
+    assert "not one of" in _refused(_win(result="victory"), caplog, "result")
+
+
+@pytest.mark.parametrize("field,value", [("format_ok", 9), ("model_moves", 9), ("model_moves", 5), ("rejected", 5),
+                                         ("retries", 1), ("format_ok", -1), ("model_turns", 2.5),
+                                         ("model_tokens", "40"), ("seat", 2)])
+def test_counts_beyond_the_turns_they_count_are_refused(caplog, field, value):
+    message = _refused(_win(**{field: value}), caplog, field)
+    assert repr(value) in message
+
+
+def test_forfeits_and_truncations_must_look_like_them(caplog):
+    forfeit = _win(result="loss", forfeit="illegal_move", returns=None, normalised_return=None)
+    assert _score(forfeit)["score"] == 0.0 and _score(forfeit)["failed"] == 0.0
+    assert "is a loss" in _refused({**forfeit, "result": "win"}, caplog, "result")
+    assert "has none" in _refused({**forfeit, "normalised_return": 1.0}, caplog, "normalised_return")
+    truncated = _win(result=None, truncated="move_cap", returns=None, normalised_return=None)
+    row = _rows(truncated_reward=0.25)[0]
+    assert _score(truncated, row)["score"] == 0.25
+    assert "truncated" in _refused({**truncated, "normalised_return": 1.0}, caplog, "normalised_return", row)
+    assert "the row plays" in _refused(_win(case="connect_four"), caplog, "case")
+
+
+def test_refusals_are_logged_at_a_limited_rate(caplog):
+    now = [0.0]
+    limit = RateLimitedLog(logging.getLogger("verl_ext.test_limit"), burst=2, interval_s=60.0, clock=lambda: now[0])
+    with caplog.at_level(logging.WARNING, logger="verl_ext.test_limit"):
+        logged = [limit.warn("refused %s", i) for i in range(10)]
+        now[0] = 61.0
+        logged.append(limit.warn("refused %s", 10))
+    assert logged == [True, True] + [False] * 8 + [True]
+    last = caplog.records[-1].getMessage()
+    assert last == "refused 10 (8 more like it held back since the last one logged)"
+
+
+def test_a_numpy_round_trip_is_accepted():
+    record = {**_win(), "returns": np.array([1.0, -1.0]), "moves": np.int64(7), "model_turns": 4.0}
+    assert trusted_record(record, TIC_TAC_TOE, "tic_tac_toe").normalised_return == 1.0
+    with pytest.raises(RecordError, match=r"game record returns=None: needed to check the outcome of 'hanabi"):
+        trusted_record({**_win(case="hanabi"), "returns": None}, UtilityRange(2, 0.0, 25.0), "hanabi")
+
+
+def _policies(rng: random.Random):
+    """Scripted replies: always legal, a legal move or junk, and junk only (a forfeit at the first turn)."""
+    def legal(turn) -> str:
+        return f"I play <answer>{rng.choice(turn.legal_moves)}</answer>"
+
+    def sloppy(turn) -> str:
+        return legal(turn) if rng.random() < 0.7 else rng.choice(["<answer>nowhere</answer>", "no tag", ""])
+
+    return {"legal": legal, "sloppy": sloppy, "junk": lambda turn: "I resign"}
+
+
+@pytest.mark.parametrize("case,game", [
+    ("tic_tac_toe", {}), ("connect_four", {"format_weight": 0.1, "legal_weight": 0.2}),
+    ("leduc_poker", {"legal_weight": 0.3}), ("connect_four", {"max_moves": 6, "truncated_reward": 0.25}),
+])
+def test_played_games_score_as_before(case, game):
+    from verl_ext.games.agent_loop import game_setup
+
+    rng = random.Random(7)
+    outcomes = set()
+    for row in _rows(case, **game):
+        setup = game_setup(row["extra_info"])
+        for name, policy in _policies(rng).items():
+            match = Match(setup.adapter.start_episode(setup.case, setup.seed, setup.seat),
+                          setup.settings.opponent_spec, MatchRules.from_settings(setup.settings))
+            while (turn := match.next_request()) is not None:
+                match.submit(policy(turn))
+            match.record.model_tokens = 11 * match.record.model_turns
+            stored = json.loads(json.dumps(match.record.to_dict()))  # as it travels through verl's batch
+            before = score_game(GameRecord.from_dict(stored), setup.settings)  # the scoring before the checks
+            scored = _score(stored, row)
+            assert scored["failed"] == 0.0, (name, stored)
+            assert scored["score"] == before.score and scored["task_score"] == before.outcome
+            assert (scored["format_ok"], scored["valid"]) == (before.format_rate, before.legal_rate)
+            trusted = trusted_record(stored, setup.adapter.utility_range(case), case)
+            assert trusted == match.record  # the checked record is the played one, field for field
+            outcomes.add(match.record.outcome)
+    assert len(outcomes) >= 2  # the scripted games end in more than one way
