@@ -104,3 +104,26 @@ def test_samples_are_matched_to_training_steps_and_read_compressed(tmp_path):
     (tmp_path / "run.samples.jsonl.gz").write_bytes(gzip.compress(lines.encode()))
     _, per_step = read_runs([metrics], per_step=2)
     assert {step: row["reward_mean"] for step, row in per_step.items()} == {1: 0.25, 2: 0.75}
+
+
+def test_signal_and_collapse_panels_with_their_thresholds(tmp_path):
+    """The per-step signal/collapse metrics (verl_ext/step_signal.py) get their own panels; runs without them not."""
+    steps = [{"step": step, "data": {"critic/score/mean": 0.5, "signal/group_share": share, "signal/format_rate": 0.9,
+                                     "collapse/answer_entropy": entropy, "collapse/favourite_share": favourite,
+                                     "collapse/distinct_share": 0.5, "collapse/favourite_share/connect_four": 0.82}}
+             for step, share, entropy, favourite in ((1, 0.6, 1.2, 0.4), (2, 0.3, 0.5, 0.7), (3, 0.05, 0.1, 0.95))]
+    run = _write_jsonl(tmp_path / "run.metrics.jsonl", steps)
+    assert plot_main([str(run), "--out", str(tmp_path / "plots")]) == 0
+    panels = json.loads((tmp_path / "plots" / "grpo_curves.json").read_text())["panels"]
+    signal = panels["learning signal (GRPO groups)"]["lines"]
+    assert signal["groups with differing rewards"] == [[1, 0.6], [2, 0.3], [3, 0.05]]
+    assert signal["warning below 0.1"] == [[1, 0.1], [2, 0.1], [3, 0.1]]
+    collapse = panels["collapse: answers within a group"]["lines"]
+    assert collapse["answer entropy (nats)"][-1] == [3, 0.1] and collapse["favourite-answer share"][-1] == [3, 0.95]
+    assert collapse["favourite warning above 0.8"][0] == [1, 0.8]
+    assert panels["favourite answer's share of a case's replies"]["lines"]["connect_four"][0] == [1, 0.82]
+
+    plain = _write_jsonl(tmp_path / "plain.metrics.jsonl", [{"step": 1, "data": {"critic/score/mean": 0.5}}])
+    assert plot_main([str(plain), "--out", str(tmp_path / "plain")]) == 0
+    assert not any(title.startswith(("learning signal", "collapse"))
+                   for title in json.loads((tmp_path / "plain" / "grpo_curves.json").read_text())["panels"])

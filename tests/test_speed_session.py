@@ -314,6 +314,7 @@ def test_next_session_plans_runs_compose_and_pass_preflight():
             env_vars = cfg.ray_kwargs.ray_init.get("runtime_env", {}).get("env_vars", {})
             modules = [module for module in env.get("VERL_USE_EXTERNAL_MODULES", "").split(",") if module]  # kept
             modules += [module for module, on in (
+                ("verl_ext.launch.step_signal", env.get("SIGNAL_CHECK", "warn") != "off"),
                 ("verl_ext.launch.vllm_worker_fork", env.get("ROLLOUT_WORKER_START", "fork") == "fork"),
                 ("verl_ext.launch.on_policy_update", env.get("OLD_LOG_PROB_PASS", OLD_LOG_PROB_PASS_DEFAULT) == "auto"),
                 ("verl_ext.launch.response_cut", env.get("LOSS_RESPONSE_CUT") == "gather"),

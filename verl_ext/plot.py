@@ -5,7 +5,9 @@
 
 Several files are read in order (a resumed run's steps follow the earlier run's). GRPO runs get reward,
 legal-move rate, format rate, task score (the engine value of the move with ``reward_mode=engine``),
-full-game outcome rates and turns (``TASK_MODE=game``), response length and step time per step: training samples (sampled at the rollout temperature, from the
+full-game outcome rates and turns (``TASK_MODE=game``), the learning signal (share of GRPO groups whose rewards
+differ, ``signal/*``) and policy collapse (answers per group, ``collapse/*``; ``verl_ext/step_signal.py``), response
+length and step time per step: training samples (sampled at the rollout temperature, from the
 ``*.samples.jsonl`` beside each metrics file) as lines, held-out validation (verl's ``val-*`` metrics, greedy,
 per data source) as markers. SFT runs get train/validation loss, learning rate and gradient norm.
 """
@@ -84,6 +86,7 @@ def grpo_panels(metrics: Steps, samples: Steps) -> list[Panel]:
         turns.add("model turns", _series(samples, "game_model_turns"))
         turns.add("model tokens / 10", [(step, v / 10) for step, v in _series(samples, "game_model_tokens")])
         panels += [games, turns]
+    panels += signal_panels(metrics)
     length = Panel("response length (tokens)")
     length.add("mean", _series(metrics, "response_length/mean"))
     length.add("max", _series(metrics, "response_length/max"))
@@ -92,6 +95,31 @@ def grpo_panels(metrics: Steps, samples: Steps) -> list[Panel]:
                        ("timing_s/update_actor", "actor update")):
         timing.add(label, _series(metrics, key))
     return panels + [length, timing]
+
+
+def signal_panels(metrics: Steps) -> list[Panel]:
+    """The per-step learning-signal and collapse metrics (``verl_ext.group_stats``), with the warning thresholds."""
+    from .signal_alarm import FAVOURITE_SHARE, NO_SIGNAL_SHARE
+
+    signal = Panel("learning signal (GRPO groups)", ylim=(-0.02, 1.02))
+    signal.add("groups with differing rewards", _series(metrics, "signal/group_share"))
+    signal.add("format rate", _series(metrics, "signal/format_rate"))
+    signal.add("valid rate", _series(metrics, "signal/valid_rate"))
+    if not signal.empty:
+        signal.add(f"warning below {NO_SIGNAL_SHARE:g}", [(step, NO_SIGNAL_SHARE) for step, _ in
+                                                          _series(metrics, "signal/group_share")])
+    collapse = Panel("collapse: answers within a group")
+    collapse.add("answer entropy (nats)", _series(metrics, "collapse/answer_entropy"))
+    collapse.add("favourite-answer share", _series(metrics, "collapse/favourite_share"))
+    collapse.add("distinct answers / group size", _series(metrics, "collapse/distinct_share"))
+    if not collapse.empty:
+        collapse.add(f"favourite warning above {FAVOURITE_SHARE:g}", [(step, FAVOURITE_SHARE) for step, _ in
+                                                                       _series(metrics, "collapse/favourite_share")])
+    per_case = Panel("favourite answer's share of a case's replies", ylim=(-0.02, 1.02))
+    prefix = "collapse/favourite_share/"
+    for key in sorted({key for values in metrics.values() for key in values if key.startswith(prefix)}):
+        per_case.add(key[len(prefix):], _series(metrics, key))
+    return [signal, collapse, per_case]
 
 
 def sft_panels(metrics: Steps) -> list[Panel]:

@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from . import sample_log
+from .envs.answer import answer_id
 from .envs.config import to_plain
 from .envs.episode import EpisodeEnv
 from .envs.registry import cached_env
@@ -31,14 +32,17 @@ from .log_limit import RateLimitedLog
 logger = logging.getLogger(__name__)
 # Every call returns exactly these keys (verl turns them into metrics; keys must not vary by sample).
 # For a game row format_ok/valid are the rates of well-formed/legal replies and task_score the outcome value.
-METRIC_KEYS = ("score", "format_ok", "valid", "task_score", "failed", "reward_ms", "dataset_ms") + GAME_METRIC_KEYS
+# answer_id: the canonical answer as a number (envs/answer.py; 0 = none), for the per-step collapse metrics.
+METRIC_KEYS = ("score", "format_ok", "valid", "task_score", "failed", "reward_ms", "dataset_ms", "answer_id") \
+    + GAME_METRIC_KEYS
 _MAX_LOGGED_FAILURES = 20
 _failures = 0
 _refusals = RateLimitedLog(logger)  # refused game records: first 5, then at most one a minute
 
 
 def _result(score: float, format_ok: float, valid: float, task_score: float, failed: bool,
-            started: float, dataset_ms: float = 0.0, game: GameRecord | None = None) -> dict[str, float]:
+            started: float, dataset_ms: float = 0.0, game: GameRecord | None = None,
+            answer: str | None = None) -> dict[str, float]:
     return {
         "score": float(score),
         "format_ok": float(format_ok),
@@ -47,6 +51,7 @@ def _result(score: float, format_ok: float, valid: float, task_score: float, fai
         "failed": float(failed),
         "reward_ms": (time.perf_counter() - started) * 1000.0,
         "dataset_ms": dataset_ms,  # time DynamicEnvDataset took to build this sample (0 for other datasets)
+        "answer_id": answer_id(answer),
         **game_metrics(game),
     }
 
@@ -99,7 +104,7 @@ def compute_score(data_source: Any = None, solution_str: Any = None, ground_trut
                 adapter.prime_move_values(str(info["case"]), str(info["state"]), info["move_values"])
             result = adapter.score(str(info["case"]), str(info["state"]), solution_str)
             scored = _result(result.score, result.format_ok, result.valid, result.task_score, False, started,
-                             _dataset_ms(info))
+                             _dataset_ms(info), answer=result.parsed)
     except RecordError as err:  # a game record that does not add up: refused, scored 0, counted as failed
         _refusals.warn("verl_ext.compute_score refused a game record (data_source=%r): %s; scoring 0",
                        data_source, err)

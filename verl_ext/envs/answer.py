@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass
 
@@ -66,3 +67,17 @@ def parse_answer(
             return ParsedAnswer(None, "multi_line_answer")
         content = _SPACES.sub(" ", content)
     return ParsedAnswer(content)
+
+
+NO_ANSWER_ID = 0.0
+_ANSWER_ID_SPAN = 2 ** 24 - 1  # ids stay exact in float32 too: reward extras may pass through either
+
+
+def answer_id(text: str | None) -> float:
+    """A number standing for one canonical answer, for reward extras (which must be numbers): ``NO_ANSWER_ID`` for
+    a malformed reply (``None``), else 1 .. 2**24-1 from a hash of the text. Equal answers get equal ids; two
+    different answers share one with probability ~6e-8."""
+    if text is None:
+        return NO_ANSWER_ID
+    digest = hashlib.blake2b(str(text).encode("utf-8", "backslashreplace"), digest_size=8).digest()
+    return float(int.from_bytes(digest, "big") % _ANSWER_ID_SPAN + 1)

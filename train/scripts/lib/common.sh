@@ -164,6 +164,11 @@ grpo_args() {
   # something else needs it and says why); always: verl's pass every step.
   : "${OLD_LOG_PROB_PASS:=auto}"
   require_choice OLD_LOG_PROB_PASS "$OLD_LOG_PROB_PASS" auto always
+  # Per-step learning-signal and collapse metrics (signal/*, collapse/* in each step's metrics) and their console
+  # warnings (verl_ext/step_signal.py; docs/training.md "Learning signal and collapse"). warn: metrics and warnings;
+  # abort: also stops the run after its first step when (almost) no GRPO group has rewards that differ; off: neither.
+  : "${SIGNAL_CHECK:=warn}"
+  require_choice SIGNAL_CHECK "$SIGNAL_CHECK" warn abort off
   # How verl's PPO loss cuts each response's log-probs out of the packed forward, every micro batch. verl: sample
   # by sample with indices read back from the GPU (~3 synchronizations per sample); gather: one gather on the device,
   # the same values and gradients (verl_ext/response_cut.py). One fair H100 smoke pair (update 0.619 vs 0.717 s,
@@ -400,6 +405,10 @@ grpo_args() {
   # Our verl patches: the job's runtime_env reaches every Ray worker, on every node (and the TaskRunner, in the
   # driver too: verl_ext/launch/task_runner.py); verl imports the modules it names in each process
   local modules="${VERL_USE_EXTERNAL_MODULES:-}"
+  if [[ "$SIGNAL_CHECK" != off ]]; then
+    modules="${modules:+$modules,}verl_ext.launch.step_signal"
+    [[ "$SIGNAL_CHECK" == abort ]] && ARGS+=(+ray_kwargs.ray_init.runtime_env.env_vars.VERL_EXT_SIGNAL_CHECK=abort)
+  fi
   [[ "$ROLLOUT_WORKER_START" == fork ]] && modules="${modules:+$modules,}verl_ext.launch.vllm_worker_fork"
   [[ "$OLD_LOG_PROB_PASS" == auto ]] && modules="${modules:+$modules,}verl_ext.launch.on_policy_update"
   [[ "$LOSS_RESPONSE_CUT" == gather ]] && modules="${modules:+$modules,}verl_ext.launch.response_cut"

@@ -1,0 +1,329 @@
+"""Per-step learning-signal and collapse metrics (verl_ext/group_stats.py, verl_ext/step_signal.py) and their alarms
+(verl_ext/signal_alarm.py).
+
+The trainer test runs verl 0.9.1's own v1 trainer methods (``_compute_advantage``, ``_compute_metrics``) in a child
+interpreter with the patch loaded as in a run (``VERL_USE_EXTERNAL_MODULES`` and verl's ``__init__``), on samples
+built as verl's agent loop builds them (``AgentLoopOutput.as_dict`` and ``list_of_dict_to_tensordict``) and scored
+by our ``compute_score`` on real tic_tac_toe rows. TransferQueue itself (Ray actors) is a dict-backed stand-in
+with its ``kv_batch_get``/``kv_batch_put``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from test_train_scripts import dry_run, overrides_of, runtime_env_modules
+
+from verl_ext import signal_alarm, step_signal
+from verl_ext.envs.answer import NO_ANSWER_ID, answer_id
+from verl_ext.group_stats import NO_ANSWER_ID as GROUP_NO_ANSWER_ID
+from verl_ext.group_stats import Reply, case_name, step_metrics
+from verl_ext.mixture import EnvMixture
+from verl_ext.reward import compute_score
+from verl_ext.signal_alarm import SignalAlarm
+
+TESTS = Path(__file__).parent
+
+
+def group(uid: str, rewards: list[float], answers: list[float | None], case: str = "tic_tac_toe") -> list[Reply]:
+    return [Reply(group=uid, reward=r, answer=a, format_ok=float(a not in (None, 0.0)), valid=float(r >= 1.0),
+                  case=case) for r, a in zip(rewards, answers)]
+
+
+def test_groups_of_equal_rewards_have_no_signal_and_a_collapsed_group_has_zero_entropy():
+    equal = group("a", [1.0] * 4, [7.0] * 4) + group("b", [0.0] * 4, [0.0] * 4)
+    metrics = step_metrics(equal)
+    assert metrics["signal/group_share"] == 0.0 and metrics["signal/groups"] == 2.0
+    assert metrics["signal/reward_std_in_group"] == 0.0
+    assert metrics["collapse/answer_entropy"] == 0.0 and metrics["collapse/favourite_share"] == 1.0
+    assert metrics["collapse/distinct_answers"] == 1.0 and metrics["collapse/distinct_share"] == 0.25
+    assert metrics["signal/format_rate"] == 0.5 and metrics["signal/valid_rate"] == 0.5
+
+    spread = group("c", [1.0, 0.1, 0.0, 1.0], [1.0, 2.0, 0.0, 3.0])  # four answers (one is "no answer")
+    metrics = step_metrics(equal + spread)
+    assert metrics["signal/group_share"] == pytest.approx(1 / 3)
+    assert metrics["collapse/answer_entropy"] == pytest.approx(math.log(4) / 3)
+    assert metrics["collapse/favourite_share"] == pytest.approx((1 + 1 + 0.25) / 3)
+    assert metrics["collapse/distinct_answers"] == pytest.approx(6 / 3)
+    # per case over the batch: answer 7 in 4 of the 12 replies; "no answer" is never the favourite
+    assert metrics["collapse/favourite_share/tic_tac_toe"] == pytest.approx(4 / 12)
+
+
+def test_full_games_singletons_and_broken_rewards():
+    games = group("g", [1.0, 0.0], [None, None])  # a full game's reply has no one answer: signal, no collapse
+    assert "collapse/groups" not in step_metrics(games) and step_metrics(games)["signal/group_share"] == 1.0
+    singles = group("s1", [0.0], [1.0]) + group("s2", [0.5], [1.0])  # verl's GRPO: a lone sample's advantage is its reward
+    assert step_metrics(singles)["signal/group_share"] == 0.5
+    broken = group("n", [math.nan, 1.0, math.nan], [1.0, 1.0, 1.0]) + [Reply("m", 0.0, format_ok=math.inf)]
+    metrics = step_metrics(broken)
+    assert metrics["signal/group_share"] == 0.0 and metrics["signal/format_rate"] == 1.0  # NaN/inf left out
+    assert step_metrics([]) == {}
+    assert case_name("universal_poker(betting=nolimit,blind=100 50)") == "universal_poker_betting_nolimit_blind_100_50"
+    assert case_name("\x00\n") == "unknown" and len(case_name("x" * 500)) == 48
+
+
+def test_answer_ids_are_the_rewards_canonical_answers_and_hostile_replies_are_no_answer():
+    assert GROUP_NO_ANSWER_ID == NO_ANSWER_ID == answer_id(None)
+    assert answer_id("x(1,1)") == answer_id("x(1,1)") != answer_id("x(1,2)")
+    for text in ("", "\ud800", "\x00" * 10, "a" * 100_000, "é"):
+        value = answer_id(text)
+        assert 1 <= value < 2 ** 24 and value == float(np.float32(value))  # exact in float32 too
+    mixture = EnvMixture({"openspiel": {"game_types": ["tic_tac_toe"], "num_tasks_per_case": 2, "reward_mode": "legal"},
+                          "logic": {"cases": ["basic_arithmetic"], "num_tasks_per_case": 2}})
+    for index, ref in enumerate(mixture.plan("train")):
+        row, task = mixture.row(ref, "train", index), mixture.build(ref)
+
+        def score(text: object) -> dict:
+            return compute_score(row["data_source"], text, row["reward_model"]["ground_truth"], row["extra_info"])
+        answer = task.legal_moves[0] if task.legal_moves else "12"
+        assert score(f"<answer>{answer}</answer>")["answer_id"] == score(f"<answer>  {answer} </answer>")["answer_id"] \
+            == answer_id(answer)  # the parser's whitespace rules: one canonical answer
+        for hostile in (None, 42, "", "no tags", "<answer>a</answer><answer>b</answer>", "<answer>x</answer> more",
+                        "<answer></answer>", "<answer>" + "9" * 50_000 + "</answer>"):
+            result = score(hostile)
+            assert result["answer_id"] == NO_ANSWER_ID and result["format_ok"] == 0.0
+    broken = compute_score("openspiel/x", "<answer>e4</answer>", "", {"env": "nope", "case": "x", "state": ""})
+    assert broken["failed"] == 1.0 and broken["answer_id"] == NO_ANSWER_ID
+
+
+def metrics_of(share: float, entropy: float = 1.0, favourite: float = 0.3, distinct: float = 3.0,
+               format_rate: float = 1.0) -> dict[str, float]:
+    return {"signal/group_share": share, "signal/groups": 16.0, "signal/format_rate": format_rate,
+            "signal/valid_rate": 0.5, "collapse/answer_entropy": entropy, "collapse/favourite_share": favourite,
+            "collapse/distinct_answers": distinct}
+
+
+def test_no_signal_warns_at_step_one_then_after_patience_and_once_per_repeat():
+    alarm = SignalAlarm()
+    lines, flags = alarm.observe(1, metrics_of(0.0))
+    assert len(lines) == 1 and flags["signal/alarm"] == 1.0
+    assert lines[0].startswith(f"{signal_alarm.MARK}: step 1: no learning signal: 100% of 16 groups have equal rewards "
+                               "(format 100%, valid 50%)")
+    assert "cold start (SFT), a different prompt or system prompt, easier tasks" in lines[0]
+    printed = [step for step in range(2, 2 + signal_alarm.REPEAT_STEPS + 1) if alarm.observe(step, metrics_of(0.0))[0]]
+    assert printed == [1 + signal_alarm.REPEAT_STEPS]  # rate-limited: once more after REPEAT_STEPS steps
+
+    later = SignalAlarm()
+    assert later.observe(1, metrics_of(0.5))[0] == []
+    steps = [later.observe(step, metrics_of(0.05))[0] for step in range(2, 2 + signal_alarm.PATIENCE)]
+    assert [bool(s) for s in steps] == [False] * (signal_alarm.PATIENCE - 1) + [True]
+    assert f"for {signal_alarm.PATIENCE} steps" in steps[-1][0]
+    assert later.observe(10, metrics_of(0.5)) == ([], {"signal/alarm": 0.0, "collapse/alarm": 0.0})
+    assert [bool(later.observe(step, metrics_of(0.05))[0]) for step in (11, 12, 13)] == [False, False, True]
+
+
+@pytest.mark.parametrize("collapsed, reason", [
+    ({"entropy": 0.2}, "answer entropy 0.200 nats < 0.25 x the first step's 1.000"),
+    ({"favourite": 0.85}, "85% of a group's replies name its favourite answer (> 80%)"),
+    ({"distinct": 1.2}, "1.20 distinct answers per group (< 1.5)"),
+])
+def test_collapse_warns_once_after_patience_naming_the_threshold(collapsed, reason):
+    alarm = SignalAlarm()
+    assert alarm.observe(1, metrics_of(0.5)) == ([], {"signal/alarm": 0.0, "collapse/alarm": 0.0})
+    seen = [alarm.observe(step, metrics_of(0.5, **collapsed)) for step in range(2, 8)]
+    lines = [line for step_lines, _ in seen for line in step_lines]
+    assert len(lines) == 1 and f"step {1 + signal_alarm.PATIENCE}: policy collapse" in lines[0] and reason in lines[0]
+    assert "entropy_coeff" in lines[0] and [flags["collapse/alarm"] for _, flags in seen] == [0, 0, 1, 1, 1, 1]
+
+
+def test_collapse_is_not_called_while_most_replies_are_malformed_or_without_a_baseline():
+    alarm = SignalAlarm()
+    for step in range(1, 6):  # "no answer" as everyone's favourite: the no-signal alarm's case, not collapse
+        lines, flags = alarm.observe(step, metrics_of(0.0, entropy=0.0, favourite=1.0, distinct=1.0, format_rate=0.2))
+        assert all("policy collapse" not in line for line in lines) and flags["collapse/alarm"] == 0.0
+    flat = SignalAlarm()  # a first step of entropy ~0 is no baseline to fall from
+    for step in range(1, 6):
+        assert flat.observe(step, metrics_of(0.5, entropy=0.01))[0] == []
+
+
+def test_abort_only_in_abort_mode_only_on_the_first_step_and_only_at_about_zero(monkeypatch, capsys):
+    for mode, share, step, expected in (("abort", 0.0, 1, True), ("abort", 0.01, 1, True), ("abort", 0.05, 1, False),
+                                        ("warn", 0.0, 1, False), ("abort", 0.0, 2, False)):
+        alarm = SignalAlarm(mode=mode)
+        alarm.observe(1, metrics_of(share if step == 1 else 0.5))
+        reason = alarm.should_abort(step, metrics_of(share))
+        assert bool(reason) is expected, (mode, share, step)
+        assert not expected or reason.startswith(f"SIGNAL_CHECK=abort: step 1 has no learning signal "
+                                                 f"(signal/group_share {share:.3f} < 0.02)")
+    monkeypatch.setenv(signal_alarm.MODE_VAR, "Abort ")
+    assert step_signal.read_mode() == "abort"
+    monkeypatch.setenv(signal_alarm.MODE_VAR, "stop")
+    assert step_signal.read_mode() == "warn" and "VERL_EXT_SIGNAL_CHECK='stop' is not one of" in capsys.readouterr().err
+
+
+def test_a_failing_batch_read_is_counted_and_printed_once_and_training_goes_on(capsys):
+    class BrokenQueue:
+        def kv_batch_get(self, **_):
+            raise ConnectionError("TransferQueue went away")
+
+    trainer, batch = SimpleNamespace(), SimpleNamespace(keys=["u_0_0"], tags=[{}], partition_id="train")
+    for step in (1, 2):
+        metrics = {"critic/score/mean": 0.0}
+        assert step_signal.add_step_signal(trainer, BrokenQueue(), batch, metrics, step) == ""
+        assert metrics["critic/score/mean"] == 0.0 and metrics["signal/errors"] >= 1.0
+    err = capsys.readouterr().err
+    assert err.count("the signal/collapse metrics failed") == 1 and "TransferQueue went away" in err
+
+
+def test_a_verl_without_the_patched_method_is_left_alone_and_says_so(capsys):
+    trainer_base = type(sys)("stand_in_trainer_base")
+    trainer_base.PPOTrainer = type("PPOTrainer", (), {})
+    assert step_signal.patch_trainer(trainer_base) is False
+    assert "no signal/collapse metrics" in capsys.readouterr().err
+
+
+TRAINER_STEPS = textwrap.dedent("""
+    import json, os, sys, types
+    os.environ["VERL_USE_EXTERNAL_MODULES"] = "verl_ext.launch.step_signal"
+    import verl  # imports verl_ext.launch.step_signal, whose patch waits for verl's trainer
+    import torch
+    from transfer_queue.metadata import KVBatchMeta
+    from verl.experimental.agent_loop.agent_loop import AgentLoopMetrics, AgentLoopOutput
+    from verl.trainer.ppo.v1 import trainer_base
+    from verl.utils.tensordict_utils import list_of_dict_to_tensordict
+    from verl_ext.launch.preflight import compose
+    from verl_ext.mixture import EnvMixture
+    from verl_ext.reward import compute_score
+    from verl_ext.signal_alarm import NoLearningSignal
+
+    print("PATCHED", getattr(trainer_base.PPOTrainer, "_verl_ext_step_signal", False))
+
+
+    class StandInQueue:  # TransferQueue's kv_batch_get / kv_batch_put over a dict of the rows the agent loop put
+        def __init__(self):
+            self.rows = {}
+
+        def kv_batch_put(self, keys, partition_id, fields, tags=None):
+            for i, key in enumerate(keys):
+                for name in fields.keys():
+                    self.rows[key][name] = fields[name][i]
+            return KVBatchMeta(keys=list(keys), tags=tags or [{}] * len(keys), partition_id=partition_id)
+
+        def kv_batch_get(self, keys, partition_id, select_fields):
+            present = [f for f in select_fields if all(f in self.rows[k] for k in keys)]
+            return list_of_dict_to_tensordict([{f: self.rows[k][f] for f in present} for k in keys])
+
+
+    mixture = EnvMixture({"openspiel": {"game_types": ["tic_tac_toe"], "num_tasks_per_case": 8,
+                                        "reward_mode": "legal"}})
+    refs = mixture.plan("train")[:4]
+    moves = [mixture.build(ref).legal_moves for ref in refs]
+    queue = trainer_base.tq = StandInQueue()
+
+
+    def put_step(step, groups):
+        # one sample as AgentLoopWorkerTQ._agent_loop_postprocess puts it: as_dict() + the prompt's fields
+        keys = []
+        for g, (ref, texts) in enumerate(groups):
+            row = mixture.row(ref, "train", g)
+            for s, text in enumerate(texts):
+                scored = compute_score(row["data_source"], text, row["reward_model"]["ground_truth"], row["extra_info"])
+                n = 2 + g + s  # lengths that differ, as TransferQueue's jagged fields need
+                output = AgentLoopOutput(prompt_ids=list(range(4 + g + s)), response_ids=list(range(n)),
+                                         response_mask=[1] * n, reward_score=scored["score"], num_turns=2,
+                                         metrics=AgentLoopMetrics(), extra_fields={"reward_extra_info": scored})
+                field = output.as_dict()
+                field.update(uid=f"s{step}g{g}", session_id=s, extra_info=row["extra_info"],
+                             data_source=row["data_source"])
+                keys.append(f"s{step}g{g}_{s}_0")
+                queue.rows[keys[-1]] = field
+        return KVBatchMeta(keys=keys, tags=[{"min_global_steps": step - 1, "max_global_steps": step - 1}] * len(keys),
+                           partition_id="train")
+
+
+    def trainer(mode):
+        os.environ["VERL_EXT_SIGNAL_CHECK"] = mode
+        cls = trainer_base.get_trainer_cls("sync")
+        t = cls.__new__(cls)  # verl's sync trainer, not initialised: what the two methods read
+        t.config = compose("ppo_trainer", sys.argv[2:])
+        t.use_critic, t._rollout_moe_lb_metrics_accumulator = False, None
+        t.resource_pool_manager = types.SimpleNamespace(get_n_gpus=lambda: 1)
+        t.logged = []
+        t.logger = types.SimpleNamespace(log=lambda data, step: t.logged.append((step, dict(data))))
+        return t
+
+
+    def step(t, number, groups):
+        batch, metrics = put_step(number, groups), {}
+        t._compute_advantage(batch, metrics)
+        t._compute_metrics(batch, metrics, {"step": 1.0, "gen": 0.5}, global_steps=number, epoch=0)
+        print("METRICS", number, json.dumps({k: float(v) for k, v in metrics.items()
+                                             if k.startswith(("signal/", "collapse/", "critic/score/mean"))}))
+
+    answer = lambda text: f"<answer>{text}</answer>"
+    mixed = [(refs[0], ["no tags"] * 4),  # malformed: equal rewards, one "no answer"
+             (refs[1], [answer(moves[1][0])] * 4),  # one legal move: equal rewards, collapsed
+             (refs[2], [answer(moves[2][1]), answer(moves[2][2]), answer("z9"), ""]),  # legal, legal, illegal, empty
+             (refs[3], [answer("a") + answer("b"), answer("x\\x00"), answer("9" * 5000), answer(moves[3][0])])]
+    collapsed = [(ref, [answer(m[0])] * 4) for ref, m in zip(refs, moves)]
+    warned = trainer("warn")
+    step(warned, 1, mixed)
+    for number in range(2, 7):
+        step(warned, number, collapsed)
+    stopped = trainer("abort")
+    try:
+        step(stopped, 1, collapsed)
+    except NoLearningSignal as err:
+        print("STOPPED", err)
+        print("LOGGED", json.dumps([(s, d.get("signal/group_share"), "critic/score/mean" in d) for s, d in stopped.logged]))
+""")
+
+
+def test_verls_trainer_adds_the_metrics_to_its_step_warns_once_and_aborts_when_asked():
+    overrides = overrides_of(dry_run("openspiel-ppo.sh", RUN_PROFILE="smoke"))
+    done = subprocess.run([sys.executable, "-c", TRAINER_STEPS, str(TESTS), *overrides], capture_output=True, text=True,
+                          timeout=300, cwd=TESTS)
+    assert done.returncode == 0, done.stderr[-4000:]
+    out = done.stdout.splitlines()
+    assert "PATCHED True" in out  # installed by VERL_USE_EXTERNAL_MODULES, as in the run's TaskRunner
+    steps = {int(line.split()[1]): json.loads(line.split(maxsplit=2)[2]) for line in out if line.startswith("METRICS ")}
+    first = steps[1]
+    assert first["critic/score/mean"] > 0  # verl's own metrics are still there
+    assert first["signal/group_share"] == 0.5 and first["signal/groups"] == 4
+    assert first["signal/format_rate"] == 0.5 and first["signal/valid_rate"] == pytest.approx(7 / 16)
+    # per group: distinct 1, 1, 4, 2 (three hostile replies are one "no answer"); favourite 1, 1, 1/4, 3/4
+    assert first["collapse/distinct_answers"] == 2.0 and first["collapse/favourite_share"] == 0.75
+    entropy_d = -(0.75 * math.log(0.75) + 0.25 * math.log(0.25))
+    assert first["collapse/answer_entropy"] == pytest.approx((math.log(4) + entropy_d) / 4)
+    assert first["collapse/favourite_share/tic_tac_toe"] == pytest.approx(4 / 16)
+    assert first["signal/alarm"] == 0.0 and first["collapse/alarm"] == 0.0
+    assert steps[4]["signal/group_share"] == 0.0 and steps[4]["collapse/answer_entropy"] == 0.0
+    assert steps[4]["collapse/favourite_share"] == 1.0 and steps[4]["signal/alarm"] == 1.0
+    assert [steps[n]["collapse/alarm"] for n in range(2, 7)] == [0, 0, 1, 1, 1]
+    warnings = [line for line in out if line.startswith(signal_alarm.MARK)]
+    assert len(warnings) == 3  # warn run: no signal and collapse, each once at step 4; abort run: step 1
+    assert warnings[0].startswith(f"{signal_alarm.MARK}: step 4: no learning signal for 3 steps: 100% of 4 groups")
+    assert warnings[1].startswith(f"{signal_alarm.MARK}: step 4: policy collapse for 3 steps: answer entropy 0.000")
+    assert warnings[2].startswith(f"{signal_alarm.MARK}: step 1: no learning signal: 100% of 4 groups")
+    stopped = next(line for line in out if line.startswith("STOPPED "))
+    assert "SIGNAL_CHECK=abort: step 1 has no learning signal (signal/group_share 0.000 < 0.02)" in stopped
+    assert json.loads(next(line for line in out if line.startswith("LOGGED "))[7:]) == [[1, 0.0, True]]
+
+
+def test_train_scripts_load_the_module_unless_off_and_pass_abort():
+    def env_vars(**env: str) -> dict:
+        from omegaconf import OmegaConf
+
+        from verl_ext.launch.preflight import compose
+        cfg = compose("ppo_trainer", overrides_of(dry_run("openspiel-ppo.sh", RUN_PROFILE="smoke", **env)))
+        return OmegaConf.to_container(cfg.ray_kwargs.ray_init.get("runtime_env") or {}).get("env_vars") or {}
+
+    default, abort, off = env_vars(), env_vars(SIGNAL_CHECK="abort"), env_vars(SIGNAL_CHECK="off")
+    assert "verl_ext.launch.step_signal" in default["VERL_USE_EXTERNAL_MODULES"].split(",")
+    assert signal_alarm.MODE_VAR not in default and abort[signal_alarm.MODE_VAR] == "abort"
+    assert "step_signal" not in off.get("VERL_USE_EXTERNAL_MODULES", "")
+    assert runtime_env_modules(VERL_USE_EXTERNAL_MODULES="my.mod", SIGNAL_CHECK="warn", ROLLOUT_WORKER_START="spawn",
+                               OLD_LOG_PROB_PASS="always", GC_FREEZE="0", ACTOR_FSDP="on", LM_HEAD_POSITIONS="all") \
+        == "my.mod,verl_ext.launch.step_signal"
+    bad = subprocess.run(["bash", str(TESTS.parent / "train/scripts/openspiel-ppo.sh"), "--dry-run"],
+                         capture_output=True, text=True, env={**os.environ, "SIGNAL_CHECK": "loud"})
+    assert bad.returncode == 2 and "SIGNAL_CHECK must be one of: warn abort off; got 'loud'" in bad.stderr

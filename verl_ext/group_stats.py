@@ -1,0 +1,122 @@
+"""Learning-signal and collapse statistics of one training step's GRPO groups (samples sharing verl's ``uid``).
+
+``step_metrics(replies)`` turns the step's scored replies into the ``signal/*`` and ``collapse/*`` metrics that
+``verl_ext.step_signal`` adds to verl's step metrics:
+
+- ``signal/group_share``: share of groups whose rewards are not all equal, the groups GRPO learns from (a group of
+  equal rewards has zero advantage; a group of one sample has signal when its reward is non-zero, as verl's GRPO
+  then uses the reward itself); ``signal/groups``; ``signal/reward_std_in_group`` (mean within-group standard
+  deviation); ``signal/format_rate`` and ``signal/valid_rate`` (well-formed and legal/credited replies).
+- ``collapse/*`` over the groups of single-move replies (a full game's reply is a whole game, no one answer):
+  ``distinct_answers`` (mean distinct answers per group), ``distinct_share`` (that over the group size),
+  ``answer_entropy`` (mean per-group entropy of the answers, nats), ``favourite_share`` (mean share of a group's
+  most frequent answer), ``groups``; and per case ``collapse/favourite_share/<case>``: the share of the case's
+  replies, over the whole batch, that name its most frequent answer ("column 3 in 82 % of connect_four replies").
+
+Answers are the reward's canonical answers (``answer_id`` in the reward extras, ``verl_ext/envs/answer.py``); a
+malformed reply is one more answer of its own, "no answer", so a group of malformed replies counts as collapsed.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+from typing import Hashable, Iterable
+
+
+NO_ANSWER_ID = 0.0  # verl_ext.envs.answer.answer_id(None); not imported: that package loads every env (~0.1 s)
+EQUAL_REWARDS = 1e-6  # rewards closer than this count as equal (verl's GRPO divides by std + 1e-6)
+MAX_CASES = 16  # per-case metrics for at most this many cases a step (those with the most replies)
+_CASE_NAME = re.compile(r"[^A-Za-z0-9_.-]+")
+
+
+@dataclass(frozen=True)
+class Reply:
+    """One scored sample of the step. ``answer`` is None where the reply has no single answer (a full game) or
+    the reward reported none; ``format_ok``/``valid`` are None when the reward reported no such field."""
+
+    group: Hashable
+    reward: float
+    answer: float | None = None
+    format_ok: float | None = None
+    valid: float | None = None
+    case: str = ""
+
+
+def step_metrics(replies: Iterable[Reply]) -> dict[str, float]:
+    """The step's ``signal/*`` and ``collapse/*`` metrics (empty when there are no replies)."""
+    groups: dict[Hashable, list[Reply]] = defaultdict(list)
+    for reply in replies:
+        groups[reply.group].append(reply)
+    if not groups:
+        return {}
+    metrics = _signal(list(groups.values()))
+    metrics.update(_collapse(list(groups.values())))
+    return metrics
+
+
+def _signal(groups: list[list[Reply]]) -> dict[str, float]:
+    with_signal, stds = 0, []
+    for group in groups:
+        rewards = [reply.reward for reply in group if math.isfinite(reply.reward)]
+        if len(group) == 1:
+            with_signal += bool(rewards) and abs(rewards[0]) > EQUAL_REWARDS
+        else:
+            with_signal += bool(rewards) and max(rewards) - min(rewards) > EQUAL_REWARDS
+        if len(rewards) > 1:
+            stds.append(_std(rewards))
+    metrics = {"signal/group_share": with_signal / len(groups), "signal/groups": float(len(groups))}
+    if stds:
+        metrics["signal/reward_std_in_group"] = sum(stds) / len(stds)
+    replies = [reply for group in groups for reply in group]
+    for name, values in (("format_rate", [r.format_ok for r in replies]), ("valid_rate", [r.valid for r in replies])):
+        known = [v for v in values if v is not None and math.isfinite(v)]
+        if known:
+            metrics[f"signal/{name}"] = sum(known) / len(known)
+    return metrics
+
+
+def _collapse(groups: list[list[Reply]]) -> dict[str, float]:
+    distinct, shares, entropies, favourites = [], [], [], []
+    by_case: dict[str, Counter] = defaultdict(Counter)
+    for group in groups:
+        answers = [reply.answer for reply in group if reply.answer is not None]
+        if not answers:
+            continue
+        counts = Counter(answers)
+        distinct.append(len(counts))
+        shares.append(len(counts) / len(answers))
+        entropies.append(_entropy(counts.values(), len(answers)))
+        favourites.append(max(counts.values()) / len(answers))
+        for reply in group:
+            if reply.answer is not None:
+                by_case[reply.case][reply.answer] += 1
+    if not distinct:
+        return {}
+    metrics = {"collapse/distinct_answers": _mean(distinct), "collapse/distinct_share": _mean(shares),
+               "collapse/answer_entropy": _mean(entropies), "collapse/favourite_share": _mean(favourites),
+               "collapse/groups": float(len(distinct))}
+    for case, counts in sorted(by_case.items(), key=lambda item: -sum(item[1].values()))[:MAX_CASES]:
+        answered = [n for answer, n in counts.items() if answer != NO_ANSWER_ID]
+        metrics[f"collapse/favourite_share/{case_name(case)}"] = max(answered, default=0) / sum(counts.values())
+    return metrics
+
+
+def case_name(case: str) -> str:
+    """A case string (an OpenSpiel load string, a dataset name) as a short metric-key part."""
+    return _CASE_NAME.sub("_", case).strip("_")[:48] or "unknown"
+
+
+def _entropy(counts: Iterable[int], total: int) -> float:
+    return max(0.0, -sum(n / total * math.log(n / total) for n in counts))
+
+
+def _std(values: list[float]) -> float:
+    mean = sum(values) / len(values)
+    return math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))  # torch.std's, as verl's GRPO
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values)
