@@ -61,7 +61,8 @@ def test_groups_of_equal_rewards_have_no_signal_and_a_collapsed_group_has_zero_e
 def test_full_games_singletons_and_broken_rewards():
     games = group("g", [1.0, 0.0], [None, None])  # a full game's reply has no one answer: signal, no collapse
     assert "collapse/groups" not in step_metrics(games) and step_metrics(games)["signal/group_share"] == 1.0
-    singles = group("s1", [0.0], [1.0]) + group("s2", [0.5], [1.0])  # verl's GRPO: a lone sample's advantage is its reward
+    # verl's GRPO: a lone sample's advantage is its reward
+    singles = group("s1", [0.0], [1.0]) + group("s2", [0.5], [1.0])
     assert step_metrics(singles)["signal/group_share"] == 0.5
     broken = group("n", [math.nan, 1.0, math.nan], [1.0, 1.0, 1.0]) + [Reply("m", 0.0, format_ok=math.inf)]
     metrics = step_metrics(broken)
@@ -274,7 +275,8 @@ TRAINER_STEPS = textwrap.dedent("""
         step(stopped, 1, collapsed)
     except NoLearningSignal as err:
         print("STOPPED", err)
-        print("LOGGED", json.dumps([(s, d.get("signal/group_share"), "critic/score/mean" in d) for s, d in stopped.logged]))
+        print("LOGGED", json.dumps([(s, d.get("signal/group_share"), "critic/score/mean" in d)
+                                    for s, d in stopped.logged]))
 """)
 
 

@@ -130,4 +130,5 @@ def _equal_share(metrics: dict[str, float]) -> str:
 def _no_signal_line(step: int, metrics: dict[str, float], steps: int) -> str:
     running = f" for {steps} steps" if steps > 1 else ""
     return (f"{MARK}: step {step}: no learning signal{running}: {_equal_share(metrics)}, "
-            f"signal/group_share {metrics['signal/group_share']:.3f} < {NO_SIGNAL_SHARE} — {NO_SIGNAL_CURES} ({DOCS})")
+            f"signal/group_share {metrics['signal/group_share']:.3f} < {NO_SIGNAL_SHARE} — {NO_SIGNAL_CURES} "
+            f"({DOCS})")
