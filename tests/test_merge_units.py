@@ -298,3 +298,51 @@ def test_make_lora_config_alpha_and_rank_checks(tmp_path):
         make_lora_config(shapes, LoraTrainMeta(4, None, "CAUSAL_LM"), None, None, meta_path)
     with pytest.raises(MergeError, match="says r=8 but the lora_A/lora_B tensors have rank 4"):
         make_lora_config(shapes, LoraTrainMeta(8, 16, "CAUSAL_LM"), None, None, meta_path)
+
+
+def _deep_lora_model(layers: int = 30, logit_scale: float = 40.0):
+    """A float32 Llama of ``layers`` layers with large logits and a trained-looking LoRA adapter (B != 0)."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=layers,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    model = LlamaForCausalLM(config).float().eval()
+    with torch.no_grad():
+        model.lm_head.weight.mul_(logit_scale)
+    peft = get_peft_model(model, LoraConfig(r=8, lora_alpha=16, target_modules="all-linear", init_lora_weights=False))
+    return peft.eval()
+
+
+def test_scaled_logit_tolerance_grows_with_the_logits_and_names_its_rule():
+    from verl_ext.merge.verify import LOGIT_ATOL, compare, logit_tolerance
+
+    assert logit_tolerance(torch.tensor([0.5, -3.0])) == (LOGIT_ATOL, "max(0.0001, 128 x eps(float32) x max|logit| 3)")
+    value, rule = logit_tolerance(torch.tensor([25.0]))
+    assert value == pytest.approx(128 * torch.finfo(torch.float32).eps * 25) and value > 3.7e-4
+    assert logit_tolerance(torch.tensor([25.0]), torch.bfloat16)[0] == pytest.approx(128 * 2 ** -7 * 25)
+    check = compare("m", torch.tensor([25.0002]), torch.tensor([25.0]))
+    assert check.passed and "(<= 3.815e-04 = max(0.0001, 128 x eps(float32) x max|logit| 25)" in check.describe()
+    assert "% of it) OK" in check.describe()
+    fixed = compare("m", torch.tensor([25.0002]), torch.tensor([25.0]), tolerance=1e-4)
+    assert not fixed.passed and fixed.describe().endswith("FAILED")
+    nan = compare("m", torch.tensor([float("nan")]), torch.tensor([1.0]))
+    assert not nan.passed and "logits are not finite" in nan.describe()
+
+
+def test_a_deep_models_exact_merge_passes_and_a_perturbed_weight_fails():
+    from verl_ext.merge.verify import compare, fp32_logits
+
+    peft = _deep_lora_model()
+    input_ids = torch.tensor([[(7919 * k + 13) % 96 for k in range(24)]])
+    adapter_logits = fp32_logits(peft, input_ids)
+    assert float(adapter_logits.abs().max()) > 10  # logits well beyond where the fixed 1e-4 was chosen
+    merged = peft.merge_and_unload()
+    exact = compare("merged (fp32) vs base+adapter", fp32_logits(merged, input_ids), adapter_logits)
+    assert exact.passed, exact.describe()
+    with torch.no_grad():
+        weight = merged.model.layers[15].mlp.down_proj.weight
+        weight.add_(1e-3 * torch.randn_like(weight))  # one matrix off by 1e-3 a weight (~1.5 % of its mean |weight|)
+    wrong = compare("merged (fp32) vs base+adapter", fp32_logits(merged, input_ids), adapter_logits)
+    assert not wrong.passed and wrong.max_abs_diff > 10 * wrong.tolerance, wrong.describe()

@@ -46,6 +46,7 @@ from .options import (
 )
 from .shards import ShardReader, TensorInfo
 from .verify import (
+    SCALED,
     Check,
     assert_same_weights,
     compare,
@@ -225,7 +226,7 @@ def _write_merged_model(
         got = fp32_logits(written, input_ids)
         exact = all(p.dtype == torch.float32 for p in plan if state[p.name].is_floating_point())
         label = "written merged model vs base+adapter"
-        checks.append(compare(label, got, adapter_logits, tolerance=1e-4 if exact else None))
+        checks.append(compare(label, got, adapter_logits, tolerance=SCALED if exact else None))
         raise_on_failure(checks)
     return checks
 
