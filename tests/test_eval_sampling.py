@@ -1,0 +1,92 @@
+"""`verl-ext eval` samples as verl's rollout does: no top-k (transformers' default is 50), no repetition penalty,
+whatever the model's generation_config.json says; the vLLM backend's parameters match verl 0.9.1's rollout config."""
+
+from __future__ import annotations
+
+import json
+import sys
+import types
+from pathlib import Path
+
+import pytest
+import torch
+
+from verl_ext.evaluation.backends import GenerationSettings, TransformersBackend, VLLMBackend, sampling_kwargs
+from verl_ext.tiny_model import build_qwen2
+
+
+@pytest.fixture(scope="module")
+def opinionated_model(tokenizer_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny Qwen2 whose generation_config.json asks for top_k 20, top_p 0.5 and a repetition penalty."""
+    model_dir = build_qwen2(tmp_path_factory.mktemp("opinionated") / "model", "tiny", tokenizer_dir, dtype="float32")
+    config_path = model_dir / "generation_config.json"
+    config = json.loads(config_path.read_text()) if config_path.exists() else {}
+    config.update(top_k=20, top_p=0.5, repetition_penalty=1.3, do_sample=True)
+    config_path.write_text(json.dumps(config))
+    return model_dir
+
+
+def scores_and_logits(model_dir: Path, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
+    """What ``generate`` sampled from (processed scores) and the model's raw logits, 4 steps of one prompt."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
+    torch.manual_seed(0)
+    out = model.generate(input_ids=torch.tensor([[5, 6, 7, 5, 6, 7]]), max_new_tokens=4,
+                         output_scores=True, output_logits=True, return_dict_in_generate=True,
+                         pad_token_id=0, **kwargs)
+    return torch.stack(out.scores), torch.stack(out.logits)
+
+
+def test_sampling_uses_the_whole_distribution_like_verls_rollout(opinionated_model):
+    scores, logits = scores_and_logits(opinionated_model, **sampling_kwargs(GenerationSettings(temperature=1.0)))
+    assert logits.shape[-1] > 50 and torch.isfinite(scores).all()  # no token cut away by top-k or top-p
+    assert torch.allclose(scores, logits)  # and no repetition penalty
+    hot, raw = scores_and_logits(opinionated_model, **sampling_kwargs(GenerationSettings(temperature=0.5)))
+    assert torch.allclose(hot, raw / 0.5)
+    # the old call: transformers' and the model's defaults (top_k, top_p 0.5, penalty) cut the distribution
+    old, _ = scores_and_logits(opinionated_model, do_sample=True, temperature=1.0, top_p=1.0)
+    assert not torch.isfinite(old).all()
+
+
+def test_greedy_takes_the_argmax_without_a_penalty(opinionated_model):
+    scores, logits = scores_and_logits(opinionated_model, **sampling_kwargs(GenerationSettings(temperature=0.0)))
+    assert torch.allclose(scores, logits)
+
+
+def test_transformers_backend_passes_the_settings(opinionated_model, monkeypatch):
+    backend = TransformersBackend(str(opinionated_model), None, GenerationSettings(max_new_tokens=3, temperature=1.0))
+    seen: list[dict] = []
+    original = backend.model.generate
+
+    def spy(**kwargs):
+        seen.append(kwargs)
+        return original(**kwargs)
+
+    monkeypatch.setattr(backend.model, "generate", spy)
+    backend.generate([[{"role": "user", "content": "a"}]], [3])
+    assert seen[0]["top_k"] == 0 and seen[0]["top_p"] == 1.0 and seen[0]["repetition_penalty"] == 1.0
+    assert seen[0]["do_sample"] is True and seen[0]["temperature"] == 1.0
+    backend.close()
+
+
+def test_vllm_parameters_match_verls_rollout_defaults(monkeypatch):
+    from omegaconf import OmegaConf
+
+    from verl_ext.launch.preflight import compose
+
+    made: list[dict] = []
+    fake = types.ModuleType("vllm")
+    fake.SamplingParams = lambda **kwargs: made.append(kwargs) or kwargs  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "vllm", fake)
+    backend = object.__new__(VLLMBackend)
+    backend.settings = GenerationSettings(temperature=1.0)
+    backend.lora_request = None
+    backend.tokenizer = types.SimpleNamespace(apply_chat_template=lambda *a, **k: [1, 2])
+    backend.llm = types.SimpleNamespace(generate=lambda prompts, params, **k: [
+        types.SimpleNamespace(outputs=[types.SimpleNamespace(text="x", token_ids=[3])]) for _ in prompts])
+    backend.generate([[{"role": "user", "content": "a"}]], [1])
+    rollout = OmegaConf.select(compose("ppo_trainer", []), "actor_rollout_ref.rollout")
+    assert made[0]["top_k"] == rollout.top_k == -1 and made[0]["top_p"] == rollout.top_p == 1.0
+    assert made[0]["temperature"] == rollout.temperature == 1.0 and made[0]["repetition_penalty"] == 1.0
+    assert made[0]["min_p"] == 0.0
