@@ -92,6 +92,19 @@ def check_model_dir(path: str, flag: str) -> None:
 
 
 # --------------------------------------------------------------------------- transformers
+def sampling_kwargs(settings: GenerationSettings) -> dict[str, Any]:
+    """``generate`` keywords for sampled decoding as verl 0.9.1's rollout samples (rollout.yaml: temperature,
+    top_p, ``top_k: -1``, and ``repetition_penalty=1.0`` in every request): explicit, so that neither
+    transformers' own defaults (``top_k=50``) nor the model's ``generation_config.json`` (a top_k, min_p,
+    repetition penalty, ...) change the distribution the eval samples from. ``temperature == 0``: greedy, as
+    verl's validation (``val_kwargs``), with no penalty either."""
+    neutral = {"repetition_penalty": 1.0, "no_repeat_ngram_size": 0, "encoder_repetition_penalty": 1.0}
+    if settings.temperature <= 0:
+        return {"do_sample": False, "temperature": None, "top_p": None, "top_k": None, **neutral}
+    return {"do_sample": True, "temperature": settings.temperature, "top_p": settings.top_p, "top_k": 0,
+            "min_p": None, "typical_p": 1.0, "epsilon_cutoff": 0.0, "eta_cutoff": 0.0, **neutral}
+
+
 class TransformersBackend:
     """Batched ``model.generate`` with left padding (CPU or one GPU); LoRA adapters through PEFT."""
 
@@ -144,11 +157,9 @@ class TransformersBackend:
             kwargs: dict[str, Any] = {"max_new_tokens": self.settings.max_new_tokens,
                                       "pad_token_id": self.tokenizer.pad_token_id,
                                       "eos_token_id": self.eos_token_id}
+            kwargs.update(sampling_kwargs(self.settings))
             if self.settings.temperature > 0:
-                kwargs.update(do_sample=True, temperature=self.settings.temperature, top_p=self.settings.top_p)
                 torch.manual_seed(seeds[batch[0]])
-            else:
-                kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
             with torch.no_grad():
                 out = self.model.generate(input_ids=padded["input_ids"].to(self.device),
                                           attention_mask=padded["attention_mask"].to(self.device), **kwargs)
@@ -206,6 +217,7 @@ class VLLMBackend:
         params = [SamplingParams(max_tokens=self.settings.max_new_tokens,
                                  temperature=0.0 if greedy else self.settings.temperature,
                                  top_p=1.0 if greedy else self.settings.top_p, seed=int(seed),
+                                 top_k=-1, min_p=0.0, repetition_penalty=1.0,  # verl's rollout: no top-k, no penalty
                                  skip_special_tokens=True)
                   for seed in seeds]
         prompts = [{"prompt_token_ids": prompt_ids(self.tokenizer, chat)} for chat in chats]
