@@ -19,6 +19,7 @@ from tqdm import tqdm
 
 from .envs.base import Task
 from .envs.config import ConfigError
+from .envs.system_prompt import system_prompt_of, with_system_prompt
 from .games.demonstration import demonstration_messages
 from .mixture import SPLITS, EnvMixture, TaskRef, is_game, subsample
 
@@ -76,9 +77,11 @@ def _row(mixture: EnvMixture, ref: TaskRef, split: str, fmt: str, index: int,
             if answers in ("random", "rules"):
                 raise ConfigError(f"--answers {answers}: full-game rows (openspiel.task_mode game/mixed) are "
                                   "demonstrations of the engine's play; export single-move rows only")
-            messages = demonstration_messages(mixture.adapters[ref.env], task.case, task.seed, int(task.info["seat"]))
+            adapter = mixture.adapters[ref.env]
+            messages = demonstration_messages(adapter, task.case, task.seed, int(task.info["seat"]))
             if messages is None:
                 return None
+            messages = list(with_system_prompt(messages, system_prompt_of(adapter)))  # as the agent loop plays
             row["prompt"] = messages[:1]
         else:
             if answers == "random" or (answers == "rules" and task.legal_moves):

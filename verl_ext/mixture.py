@@ -8,6 +8,7 @@ Settings live under ``data.env`` (set with ``+data.env.<env>.<key>=...`` Hydra o
     data.env.weights:   {openspiel: 3, logic: 1}       # optional mixture weights per env
     data.env.size:      2000                            # optional train rows (default: sum of pools)
     data.env.val_tasks_per_case: 16                     # held-out tasks per case
+    data.env.system_prompt: "You play board games."     # optional system message, every env (envs/system_prompt.py)
 """
 
 from __future__ import annotations
@@ -21,12 +22,14 @@ from typing import Any
 
 from .envs import EnvAdapter, Task, env_names, make_env
 from .envs.config import ConfigError, to_plain
+from .envs.system_prompt import KEY as SYSTEM_PROMPT_KEY
+from .envs.system_prompt import check_system_prompt, system_prompt_of, with_system_prompt
 from .games import GAME_AGENT_NAME, SINGLE_TURN_AGENT_NAME
 
 SPLITS = ("train", "val")
 # Validation tasks use indices from here on, so their seeds never meet a training task's.
 VAL_INDEX_OFFSET = 1_000_000
-MIXTURE_KEYS = ("weights", "size", "val_tasks_per_case")
+MIXTURE_KEYS = ("weights", "size", "val_tasks_per_case", SYSTEM_PROMPT_KEY)
 
 
 @dataclass(frozen=True)
@@ -76,6 +79,10 @@ class EnvMixture:
             raise ConfigError(f"{where}: unknown key or env {unknown[0]!r} (envs: {', '.join(env_names())}; "
                               f"mixture keys: {', '.join(MIXTURE_KEYS)})")
         env_settings = {k: (v or {}) for k, v in section.items() if k in env_names()}
+        system_prompt = check_system_prompt(section.get(SYSTEM_PROMPT_KEY), f"{where}.{SYSTEM_PROMPT_KEY}")
+        if system_prompt is not None:  # every env's default; an env's own key wins (it travels in env_config)
+            env_settings = {k: ({SYSTEM_PROMPT_KEY: system_prompt, **v} if isinstance(v, Mapping) else v)
+                            for k, v in env_settings.items()}
         if not env_settings:
             raise ConfigError(f"{where}: no env configured; add e.g. '+{where}.openspiel.game_types=[hex]' "
                               f"(envs: {', '.join(env_names())})")
@@ -148,7 +155,13 @@ class EnvMixture:
         return refs
 
     def build(self, ref: TaskRef) -> Task:
-        return self.adapters[ref.env].make_task(ref.case, ref.index, ref.seed)
+        """The task of ``ref``, its messages led by the env's system prompt when one is set."""
+        adapter = self.adapters[ref.env]
+        task = adapter.make_task(ref.case, ref.index, ref.seed)
+        system_prompt = system_prompt_of(adapter)
+        if system_prompt is None:
+            return task
+        return dataclasses.replace(task, messages=with_system_prompt(task.messages, system_prompt))
 
     @property
     def has_games(self) -> bool:

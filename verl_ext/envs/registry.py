@@ -9,6 +9,7 @@ from typing import Any
 
 from .base import EnvAdapter
 from .config import ConfigError, from_mapping, to_plain
+from .system_prompt import split_system_prompt
 
 _REGISTRY: dict[str, type] = {}
 _CACHE: dict[tuple[str, str], EnvAdapter] = {}
@@ -43,8 +44,11 @@ def make_env(name: str, settings: Mapping[str, Any] | None = None, where: str | 
     if name not in _REGISTRY:
         raise ConfigError(f"{where}: unknown env {name!r} (registered: {', '.join(_REGISTRY)})")
     adapter_cls = _REGISTRY[name]
+    system_prompt, settings = split_system_prompt(settings, where)  # ours, not the env's (envs/system_prompt.py)
     config = from_mapping(adapter_cls.config_cls, settings, where)
-    return adapter_cls(config, where=where)
+    adapter = adapter_cls(config, where=where)
+    adapter.system_prompt = system_prompt  # type: ignore[attr-defined]
+    return adapter
 
 
 def cached_env(name: str, settings_json: str, overrides: Mapping[str, Any] | None = None) -> EnvAdapter:

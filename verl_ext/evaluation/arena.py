@@ -20,6 +20,7 @@ from ..envs import EnvAdapter, make_env
 from ..envs.config import ConfigError
 from ..envs.episode import DEFAULT_MCTS_SIMULATIONS, Opponent, parse_opponent
 from ..envs.openspiel_env import load_game, terminal_rewards_only
+from ..envs.system_prompt import system_prompt_of, with_system_prompt
 from ..games.match import Match, MatchRules, TurnRequest
 from ..games.scoring import outcome_value
 from ..mixture import EnvMixture
@@ -125,6 +126,7 @@ class Arena:
 
     def _request(self, g: _Game, turn: TurnRequest) -> MoveRequest:
         messages = turn.turn_messages if self.settings.context == "turn" else turn.messages
+        messages = with_system_prompt(messages, system_prompt_of(self.adapter))  # as training's turns
         return MoveRequest(messages, turn.legal_moves, stable_seed(g.seed, "move", turn.moves_played, turn.attempt))
 
     def play(self, policy: Policy, progress: bool = True) -> dict[str, Any]:

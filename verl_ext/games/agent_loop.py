@@ -36,6 +36,7 @@ from ..envs.config import to_plain
 from ..envs.episode import EpisodeEnv
 from ..envs.game_settings import GameSettings
 from ..envs.registry import cached_env
+from ..envs.system_prompt import system_prompt_of, with_system_prompt
 from . import RECORD_FIELD
 from .match import Match, MatchRules, Message
 from .turn_tokens import template_builder
@@ -135,7 +136,8 @@ class GameAgentLoop(AgentLoopBase):
             else:
                 context = opponents.setdefault(request.player, _Context(uuid4().hex))
                 budget = self.prompt_length + self.response_length
-            if not await self._append_messages(context, request.messages, budget, request.learner):
+            messages = with_system_prompt(request.messages, system_prompt_of(setup.adapter))  # the rows' own
+            if not await self._append_messages(context, messages, budget, request.learner):
                 match.truncate("response_budget" if request.learner else "opponent_context")
                 break
             reply = await self._generate(context, sampling_params, budget, setup.settings.max_tokens_per_turn,

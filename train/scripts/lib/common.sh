@@ -113,6 +113,25 @@ check_loggers() {
   LOGGERS="$resolved"
 }
 
+# A Hydra override value that keeps any text as it is: single-quoted, a run of backslashes before a quote or the
+# closing quote doubled (Hydra halves those), and "${" escaped from OmegaConf's interpolation.
+hydra_quote() {
+  local text="$1" out="" run="" ch i
+  for (( i = 0; i < ${#text}; i++ )); do
+    ch="${text:i:1}"
+    if [[ "$ch" == "\\" ]]; then run+="\\"; continue; fi
+    if [[ "$ch" == "'" ]]; then
+      out+="$run$run\\'"
+    elif [[ "$ch" == '$' && "${text:i+1:1}" == "{" ]]; then
+      out+="$run$run\\\$"
+    else
+      out+="$run$ch"
+    fi
+    run=""
+  done
+  printf "'%s'" "$out$run$run"
+}
+
 # The GRPO recipe: verl main_ppo overrides built from the environment.
 grpo_args() {
   : "${MODEL_PATH:=Qwen/Qwen2.5-0.5B-Instruct}"
@@ -238,6 +257,8 @@ grpo_args() {
   : "${CHECKPOINT_DIR:=$REPO_ROOT/checkpoints/$PROJECT_NAME/$EXPERIMENT_NAME}"
   : "${LOG_DIR:=$REPO_ROOT/logs}" "${LOGGERS:=[console,file,wandb]}"
   check_loggers
+  # A system message first in every prompt of every env (data.env.system_prompt; docs/envs.md); empty: none
+  : "${SYSTEM_PROMPT:=}"
   # verl's per-step dumps of prompts and responses (text; large on long runs): off unless set
   : "${ROLLOUT_DUMP_DIR:=}"
   # Seconds between verl's looks for finished rollouts: verl's v1 replay buffer sleeps a fixed 2 s, so every
@@ -392,6 +413,9 @@ grpo_args() {
   )
   if [[ -n "$ROLLOUT_DUMP_DIR" ]]; then
     ARGS+=(trainer.rollout_data_dir="$ROLLOUT_DUMP_DIR")
+  fi
+  if [[ -n "$SYSTEM_PROMPT" ]]; then
+    ARGS+=(+data.env.system_prompt="$(hydra_quote "$SYSTEM_PROMPT")")
   fi
   if [[ -n "$external_lib" ]]; then
     ARGS+=(actor_rollout_ref.model.external_lib="$external_lib")
