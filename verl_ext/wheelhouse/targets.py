@@ -6,7 +6,8 @@ A target file has these tables (every unknown key is an error naming it):
              glibc ("2.39"), arch ("x86_64"), measured (where the facts come from)
   [env]      variables to export when running from the install dir; "{site}" is replaced by that dir
   [present]  project = "version" for every package already installed on the target (its `pip list`)
-  [[bundle]] name, why, requires = ["project==version", ...]   (exact pins only)
+  [[bundle]] name, why, requires = ["project==version", ...]   (exact pins only), optional = true|false (default
+             false: an optional bundle is brought only when asked for, `download --with NAME`)
   [sdist]    project = "why": pins that have no usable wheel; downloaded as sdists, built with --no-build-isolation
   [skip]     project = { why = "...", imports = ["module", ...] }: dependencies deliberately not brought
   [accept]   project = "why": version mismatches between a carried package's metadata and what the target has
@@ -40,7 +41,7 @@ _TARGET_KEYS = {
     "name": str, "description": str, "python_version": str, "python_full_version": str,
     "implementation": str, "abi": str, "glibc": str, "arch": str, "measured": str,
 }  # fmt: skip
-_BUNDLE_KEYS = {"name", "why", "requires"}
+_BUNDLE_KEYS = {"name", "why", "requires", "optional"}
 _SKIP_KEYS = {"why", "imports"}
 
 
@@ -80,6 +81,7 @@ class Target:
     env: dict[str, str] = field(default_factory=dict)
     present: dict[str, str] = field(default_factory=dict)  # normalized name -> version
     bundles: dict[str, str] = field(default_factory=dict)  # bundle name -> why
+    optional: set[str] = field(default_factory=set)  # names of the bundles brought only when asked for
     pins: list[Pin] = field(default_factory=list)
     sdist: dict[str, str] = field(default_factory=dict)
     skip: dict[str, Skip] = field(default_factory=dict)
@@ -87,9 +89,16 @@ class Target:
     smoke_imports: list[str] = field(default_factory=list)
     scan_roots: list[str] = field(default_factory=list)
 
-    def to_bring(self) -> list[Pin]:
-        """Pins the target lacks (a pin equal to the present version is left out)."""
-        return [p for p in self.pins if self.present.get(p.name) != p.version]
+    def to_bring(self, with_bundles: tuple[str, ...] | list[str] = ()) -> list[Pin]:
+        """Pins the target lacks (a pin equal to the present version is left out), of the non-optional bundles and
+        of the optional ones named in `with_bundles`."""
+        for name in with_bundles:
+            if name not in self.optional:
+                known = ", ".join(sorted(self.optional)) or "none"
+                raise WheelhouseError(f"{self.path.name}: --with {name!r} is not an optional bundle "
+                                      f"(optional: {known})")
+        return [p for p in self.pins if self.present.get(p.name) != p.version
+                and (p.bundle not in self.optional or p.bundle in with_bundles)]
 
     def platforms(self) -> list[str]:
         """pip `--platform` tags the target accepts: manylinux_2_<glibc>..manylinux_2_5 plus the legacy aliases."""
@@ -204,7 +213,12 @@ def parse_target(data: dict[str, Any], path: Path) -> Target:
             raise WheelhouseError(f"{where}: {label}.why: expected a non-empty string")
         if not isinstance(requires, list) or not requires:
             raise WheelhouseError(f"{where}: {label}.requires: expected a non-empty list of 'project==version'")
+        optional = bundle.get("optional", False)
+        if not isinstance(optional, bool):
+            raise WheelhouseError(f"{where}: {label}.optional: expected true or false, got {optional!r}")
         target.bundles[name] = why
+        if optional:
+            target.optional.add(name)
         for j, line in enumerate(requires):
             pin = _parse_pin(line, name, f"{where}: {label}.requires[{j}]")
             if pin.name in seen:
