@@ -1,4 +1,4 @@
-"""The sample log keeps a few replies per step (bounded, cut, hostile bytes survive) and `verl-ext samples` shows them."""
+"""The sample log keeps a few replies per step (bounded, cut, hostile bytes survive); `verl-ext samples` shows them."""
 
 from __future__ import annotations
 

@@ -100,7 +100,8 @@ def resolve(names: list[str], mode: str, do_import: bool, variable: str = "LOGGE
                 f"{module!r} ({problem}); pip install {package}, or drop it: {setting}={format_loggers(kept)}")
     notes = [f"{variable}: dropped the {name!r} logger, logging to {format_loggers(kept)}: {sys.executable} cannot "
              f"import {module!r} ({problem}); pip install {INSTALL.get(name, module)} to keep it, or set "
-             f"{setting}={format_loggers(kept)} (LOGGER_CHECK=strict stops instead)" for name, module, problem in dropped]
+             f"{setting}={format_loggers(kept)} (LOGGER_CHECK=strict stops instead)"
+             for name, module, problem in dropped]
     return kept, notes
 
 

@@ -24,7 +24,8 @@ from .shards import load_shard_file
 # compared in float32, where a merge's rounding grows with the logits' size and the model's depth: SmolLM2-135M's
 # merged LoRA (30 layers) differed by 6.4e-5, 64 % of a fixed 1e-4 (issue 44). 128 x eps(float32) = 1.5e-5
 # relative (the 17 leading bits of float32's 24 agree) keeps 1e-4 for logits up to ~6.6 and scales beyond; a wrong
-# weight moves logits by far more (1e-3 added to one matrix of a 30-layer test model: 2.7e-2, tests/test_merge_units.py).
+# weight moves logits by far more (1e-3 added to one matrix of a 30-layer test model: 2.7e-2,
+# tests/test_merge_units.py).
 LOGIT_ATOL = 1e-4
 LOGIT_RTOL_EPS = 128
 LOGIT_TOLERANCE = LOGIT_ATOL  # the floor (the tolerance of small logits)
