@@ -65,6 +65,14 @@ class Backend(Protocol):
     def close(self) -> None: ...
 
 
+def generated_length(row: Sequence[int], stop_ids: set[int]) -> int:
+    """Tokens a reply generated, its stop token included (verl's response length); padding after it is not."""
+    for position, token in enumerate(row):
+        if token in stop_ids:
+            return position + 1
+    return len(row)
+
+
 def prompt_ids(tokenizer: Any, messages: Messages) -> list[int]:
     """Token ids of the chat prompt, as verl builds them for training rollouts."""
     ids = tokenizer.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=True,
@@ -141,6 +149,7 @@ class TransformersBackend:
         if eos is None:
             eos = self.tokenizer.eos_token_id
         self.eos_token_id = eos
+        self.last_token_counts: list[int] = []
 
     def generate(self, chats: Sequence[Messages], seeds: Sequence[int]) -> list[str]:
         import torch
@@ -149,6 +158,9 @@ class TransformersBackend:
         # Similar lengths in a batch waste less padding; the order is fixed, so results stay deterministic.
         order = sorted(range(len(encoded)), key=lambda i: (len(encoded[i]), i))
         replies: list[str] = [""] * len(encoded)
+        counts = [0] * len(encoded)
+        eos = self.eos_token_id
+        stop_ids = set(eos if isinstance(eos, (list, tuple)) else [] if eos is None else [eos])
         size = self.settings.batch_size
         for start in range(0, len(order), size):
             batch = order[start:start + size]
@@ -166,6 +178,8 @@ class TransformersBackend:
             new_tokens = out[:, padded["input_ids"].shape[1]:]
             for row, i in zip(new_tokens.tolist(), batch):
                 replies[i] = self.tokenizer.decode(row, skip_special_tokens=True)
+                counts[i] = generated_length(row, stop_ids)
+        self.last_token_counts = counts  # tokens each reply of this call generated (verl-ext signal reads them)
         return replies
 
     def close(self) -> None:
@@ -209,6 +223,7 @@ class VLLMBackend:
             from vllm.lora.request import LoRARequest
 
             self.lora_request = LoRARequest("eval_adapter", 1, str(Path(adapter).resolve()))
+        self.last_token_counts: list[int] = []
 
     def generate(self, chats: Sequence[Messages], seeds: Sequence[int]) -> list[str]:
         from vllm import SamplingParams
@@ -222,6 +237,7 @@ class VLLMBackend:
                   for seed in seeds]
         prompts = [{"prompt_token_ids": prompt_ids(self.tokenizer, chat)} for chat in chats]
         outputs = self.llm.generate(prompts, params, lora_request=self.lora_request, use_tqdm=False)
+        self.last_token_counts = [len(out.outputs[0].token_ids) if out.outputs else 0 for out in outputs]
         return [out.outputs[0].text if out.outputs else "" for out in outputs]
 
     def close(self) -> None:

@@ -505,6 +505,62 @@ require_python() {
   fi
 }
 
+# SIGNAL_PRECHECK (docs/training.md "Will this run learn? (signal check)"): 1 runs `verl-ext signal` before a GRPO
+# launch with the run's model (and LoRA adapter), data.env settings, response length, group size and rollout
+# temperature/top_p, read from the main_ppo overrides, and prints its report (one model load; ROLLOUT_N x
+# SIGNAL_PRECHECK_PROMPTS replies); strict also stops the run (exit 3) when too few GRPO groups would have rewards
+# that differ; 0 (default) skips it. The report lands next to the run's log (<run>.signal/signal.{json,md}).
+signal_precheck_command() {  # SIGNAL_CMD=(the command) for: OUT_DIR OVERRIDE...
+  local out="$1" arg key value model="" adapter="" n="" length="" temperature="" top_p=""
+  shift
+  local sets=()
+  for arg in "$@"; do
+    [[ "$arg" == *=* ]] || continue
+    key="${arg%%=*}" value="${arg#*=}"
+    key="${key#+}" && key="${key#+}"  # Hydra's + and ++ prefixes
+    case "$key" in
+      data.env.*) sets+=(--env-override "$arg") ;;  # as given: Hydra's quoting (SYSTEM_PROMPT) stays intact
+      actor_rollout_ref.model.path) model="$value" ;;
+      actor_rollout_ref.model.lora_adapter_path) adapter="$value" ;;
+      actor_rollout_ref.rollout.n) n="$value" ;;
+      data.max_response_length) length="$value" ;;
+      actor_rollout_ref.rollout.temperature) temperature="$value" ;;
+      actor_rollout_ref.rollout.top_p) top_p="$value" ;;
+    esac
+  done
+  SIGNAL_CMD=("$PYTHON" -m verl_ext.cli signal --model "$model" ${sets[@]+"${sets[@]}"}
+    --prompts "${SIGNAL_PRECHECK_PROMPTS:-64}" --threshold "${SIGNAL_PRECHECK_THRESHOLD:-0.1}"
+    --backend "${SIGNAL_PRECHECK_BACKEND:-auto}" --out "$out" --no-progress)
+  [[ -n "$adapter" ]] && SIGNAL_CMD+=(--adapter "$adapter")
+  [[ -n "$n" ]] && SIGNAL_CMD+=(--n "$n")
+  [[ -n "$length" ]] && SIGNAL_CMD+=(--max-new-tokens "$length")
+  [[ -n "$temperature" ]] && SIGNAL_CMD+=(--temperature "$temperature")
+  [[ -n "$top_p" ]] && SIGNAL_CMD+=(--top-p "$top_p")
+  [[ "$SIGNAL_PRECHECK" == strict ]] && SIGNAL_CMD+=(--strict)
+  return 0
+}
+
+# Run the signal check (SIGNAL_PRECHECK=1|strict) into the run's log: RUN_PREFIX OVERRIDE...
+run_signal_precheck() {
+  local run="$1" rc
+  shift
+  signal_precheck_command "$run.signal" "$@"
+  echo "signal pre-check (SIGNAL_PRECHECK=$SIGNAL_PRECHECK): $(printf '%q ' "${SIGNAL_CMD[@]}")" | tee -a "$run.log"
+  set +e
+  "${SIGNAL_CMD[@]}" 2>&1 | tee -a "$run.log"
+  rc="${PIPESTATUS[0]}"
+  set -e
+  if (( rc == 3 )); then
+    echo "SIGNAL_PRECHECK=strict: the run is not started (the warning above names the cures; SIGNAL_PRECHECK=1" \
+      "reports and starts anyway)." | tee -a "$run.log" >&2
+    exit 3
+  fi
+  if (( rc != 0 )); then
+    echo "signal pre-check failed (exit $rc, see above); the run is not started. Fix it or set SIGNAL_PRECHECK=0." >&2
+    exit "$rc"
+  fi
+}
+
 # Print (--dry-run) or check and run: pre-flight before Ray starts, output tee'd to LOG_DIR.
 launch() {
   local config_name="$1" module="$2"
@@ -531,6 +587,9 @@ launch() {
   # a machine's first run: 19.7 s of start-up on the H100, docs/speed.md 0q) starts in the background at launch and
   # fills vLLM's model-info cache (verl_ext/launch/vllm_model_info.py); off: vLLM's server inspects when it starts
   require_choice ROLLOUT_MODEL_INFO "${ROLLOUT_MODEL_INFO:=warm}" warm off
+  require_choice SIGNAL_PRECHECK "${SIGNAL_PRECHECK:=0}" 0 1 strict
+  local precheck=0
+  [[ "$config_name" == ppo_trainer && "$SIGNAL_PRECHECK" != 0 ]] && precheck=1
   local warm_model_info=0
   [[ "$ROLLOUT_MODEL_INFO" == warm && "${ROLLOUT_BACKEND:-vllm}" == vllm ]] && warm_model_info=1
   local in_process=0 options=()
@@ -546,6 +605,11 @@ launch() {
   if (( ${#launcher[@]} == 0 )); then launcher=("$PYTHON"); fi
   local cmd=("${launcher[@]}" -m "$module" ${options[@]+"${options[@]}"} "$@")
   if [[ "$DRY_RUN" == "1" ]]; then
+    if (( precheck )); then
+      signal_precheck_command "$LOG_DIR/${EXPERIMENT_NAME:-run}-$(date +%Y%m%d-%H%M%S).signal" "$@"
+      printf '%q ' "${SIGNAL_CMD[@]}"
+      printf '\n'
+    fi
     printf '%q ' "${cmd[@]}"
     printf '\n'
     return 0
@@ -565,10 +629,11 @@ launch() {
   export VERL_FILE_LOGGER_PATH="${VERL_FILE_LOGGER_PATH:-$run.metrics.jsonl}"
   export VERL_EXT_SAMPLE_LOG="${VERL_EXT_SAMPLE_LOG-$run.samples.jsonl}"
   echo "logging to $run.log (metrics: $VERL_FILE_LOGGER_PATH, samples: ${VERL_EXT_SAMPLE_LOG:-off})"
+  if (( precheck )); then run_signal_precheck "$run" "$@"; fi
   # LOG_TIMESTAMPS=1: the log file gets a wall-clock stamp per line (verl prints step lines without one)
   if [[ "$LOG_TIMESTAMPS" == "1" ]]; then
     "${cmd[@]}" 2>&1 | "$PYTHON" -u "$REPO_ROOT/verl_ext/launch/logtee.py" --started "$SCRIPT_STARTED" "$run.log"
   else
-    "${cmd[@]}" 2>&1 | tee "$run.log"
+    "${cmd[@]}" 2>&1 | tee -a "$run.log"  # -a: after the signal pre-check's report
   fi
 }
