@@ -121,7 +121,8 @@ if [[ "$LOGIC_CASES" == "{"* ]]; then LOGIC_VALUE="$LOGIC_CASES"; else LOGIC_VAL
 ENV_KV=()
 if [[ -n "$GAME_TYPES" ]]; then ENV_KV+=("openspiel.game_types=[$GAME_TYPES]" "openspiel.seed=$RECIPE_SEED"); fi
 [[ -n "$LOGIC_CASES" ]] && ENV_KV+=("logic.cases=$LOGIC_VALUE" "logic.seed=$RECIPE_SEED")
-[[ -n "${SYSTEM_PROMPT:-}" ]] && ENV_KV+=("system_prompt=$SYSTEM_PROMPT")
+# SYSTEM_PROMPT, YAML-quoted for --set (a prompt holds ': ' and commas); the train script quotes it for Hydra
+[[ -n "${SYSTEM_PROMPT:-}" ]] && ENV_KV+=("system_prompt='${SYSTEM_PROMPT//\'/\'\'}'")
 IFS=';' read -r -a extra_kv <<< "$ENV_OVERRIDES"
 for kv in ${extra_kv[@]+"${extra_kv[@]}"}; do
   kv="$(echo "$kv" | sed -e 's/^[[:space:]]*//' -e 's/[[:space:]]*$//')"
@@ -245,7 +246,8 @@ stage_grpo() {
   [[ "$DRY_RUN" == "1" ]] && flag=(--dry-run)
   for kv in "${ENV_KV[@]}"; do
     case "$kv" in
-      openspiel.game_types=*|logic.cases=*) ;;  # the train scripts set these from GAME_TYPES / LOGIC_CASES
+      # the train scripts set these from GAME_TYPES / LOGIC_CASES / SYSTEM_PROMPT
+      openspiel.game_types=*|logic.cases=*|system_prompt=*) ;;
       *) env_args+=("+data.env.$kv") ;;
     esac
   done
