@@ -456,3 +456,20 @@ def test_shell_wrapper(ckpts):
                           text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "step:          2" in proc.stdout
+
+
+def test_training_only_attention_in_the_checkpoint_config(ckpts, tmp_path):
+    """verl saves the actor's config with attn_implementation "torch_varlen" (verl_ext.attention, registered only
+    inside a training run); merge-ppo builds the model without it and the merged config loads anywhere (on the
+    H100, SmolLM2's GRPO checkpoint failed to merge before: docs/runs/2026-11-26-h100-smollm2-mixture/)."""
+    from transformers import AutoModelForCausalLM
+
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(ckpts["full"], ckpt)
+    for config_path in ckpt.glob("**/huggingface/config.json"):
+        config = json.loads(config_path.read_text())
+        config_path.write_text(json.dumps({**config, "attn_implementation": "torch_varlen"}))
+    out = tmp_path / "model"
+    assert run(ckpt, "-o", out, "--verify") == 0
+    assert "attn_implementation" not in json.loads((out / "config.json").read_text())
+    assert AutoModelForCausalLM.from_pretrained(out) is not None

@@ -12,10 +12,23 @@ from verl.utils.transformers_compat import drop_tied_target_keys
 from .errors import MergeError
 
 
+# Attention kernels that exist only inside a training run: verl_ext.attention registers "torch_varlen" with
+# transformers in verl's workers, and verl saves the actor's config with it. Anywhere else (merge-ppo, vLLM, a
+# user's from_pretrained) transformers refuses the name, so a merged model gets the architecture's default.
+TRAINING_ONLY_ATTENTION = ("torch_varlen",)
+
+
 def load_model_config(hf_dir: Path, trust_remote_code: bool) -> PretrainedConfig:
-    """Load `config.json` from `hf_dir`; custom (remote-code) architectures need `trust_remote_code`."""
+    """Load `config.json` from `hf_dir`; custom (remote-code) architectures need `trust_remote_code`.
+
+    A training-only attention implementation (``TRAINING_ONLY_ATTENTION``) is dropped, so the model builds here
+    and the merged ``config.json`` loads without verl-ext.
+    """
     try:
-        return AutoConfig.from_pretrained(str(hf_dir), trust_remote_code=trust_remote_code)
+        config = AutoConfig.from_pretrained(str(hf_dir), trust_remote_code=trust_remote_code)
+        if getattr(config, "_attn_implementation", None) in TRAINING_ONLY_ATTENTION:
+            config._attn_implementation = None
+        return config
     except ValueError as exc:
         if "trust_remote_code" in str(exc) and not trust_remote_code:
             raise MergeError(
