@@ -108,6 +108,35 @@ def test_reward_workers_in_separate_processes_share_one_count(tmp_path):
         assert len(in_step) == 10 and sum("reply" in e for e in in_step) == 3
 
 
+def test_threads_of_one_reward_worker_share_one_count(tmp_path):
+    """verl's reward workers score from several threads; flock does not separate threads that share a
+    descriptor, and on the H100 their interleaved writes left a side file that no longer parsed (steps and
+    texts went off). Every claim must be counted once, whatever the threads' interleaving."""
+    import threading
+
+    count_path = str(tmp_path / "run.samples.jsonl.count")
+    positions: list[sample_steps.Position] = []
+
+    def claim_many() -> None:
+        for _ in range(200):
+            positions.append(sample_steps.claim(count_path, "train", 0.0, 10))
+
+    threads = [threading.Thread(target=claim_many) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert sorted((p.block, p.index) for p in positions) == [(b, i) for b in range(1, 161) for i in range(10)]
+    assert json.loads(Path(count_path).read_text())["train"][0] == 1600
+
+
+def test_a_side_file_with_trailing_bytes_still_counts(tmp_path):
+    count_path = tmp_path / "run.samples.jsonl.count"
+    count_path.write_text('{"val": [1, 1, 0, 5.0]}}')  # what the H100 run left behind
+    assert sample_steps.claim(str(count_path), "val", 6.0, None) == sample_steps.Position(1, 1)
+    assert json.loads(count_path.read_text())["val"][0] == 2
+
+
 def test_cut_and_printable():
     assert cut("abcdef", 10) == ("abcdef", 0)
     assert cut("abcdefghij", 4) == ("ab\n[... 6 chars cut ...]\nij", 6)

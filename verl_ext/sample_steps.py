@@ -15,10 +15,15 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import threading
 from dataclasses import dataclass
 
 GAP_S = 30.0
 _fds: dict[tuple[int, str], int] = {}  # (pid, path): a forked child opens its own (flock is per open file)
+# flock excludes other open files, not other threads sharing this process's descriptor: verl's reward workers
+# score from several threads, whose interleaved truncate/write left '{...}}' in the side file on the H100
+# (docs/runs/2026-11-26-h100-smollm2-mixture/), so threads also take this lock
+_thread_lock = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -41,11 +46,16 @@ def _fd(path: str) -> int:
 def claim(count_path: str, split: str, now: float, per_step: int | None) -> Position:
     """Count one sample of ``split`` and return its position (raises OSError/ValueError when the side file
     cannot be used)."""
-    fd = _fd(count_path)
+    with _thread_lock:
+        return _claim_locked(_fd(count_path), split, now, per_step)
+
+
+def _claim_locked(fd: int, split: str, now: float, per_step: int | None) -> Position:
     fcntl.flock(fd, fcntl.LOCK_EX)
     try:
-        raw = os.pread(fd, 65536, 0)
-        state = json.loads(raw) if raw.strip() else {}
+        raw = os.pread(fd, 65536, 0).decode()
+        # the first JSON object: a side file left with trailing bytes by an older version is still read
+        state = json.JSONDecoder().raw_decode(raw.strip())[0] if raw.strip() else {}
         count, block, index, last = state.get(split) or (0, 0, -1, 0.0)
         count, block, index, last = int(count), int(block), int(index), float(last)
         if per_step:
