@@ -35,7 +35,7 @@ DOCKER_RUN = REPO / "docker_run.sh"
 ENV_EXAMPLE = REPO / ".env.example"
 PROJECT = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
 EXTRAS = PROJECT["optional-dependencies"]
-TARGETS = sorted(set(EXTRAS) - {"dev"})  # the extras an image can be built for
+TARGETS = sorted(set(EXTRAS) - {"dev", "smollm2"})  # the extras an image can be built for (smollm2: the model converter)
 
 # ---------------------------------------------------------------------------------------------------------------
 # helpers
@@ -276,6 +276,8 @@ ALLOWED = {
     "OUT": "output folder of the lent-GPU harness (bench/gpu_smoke.sh), not a project setting",
     "CHUNKS": "bench/gpu_smoke.sh: where the harness put the wheel chunks",
     "SITE": "bench/gpu_smoke.sh: install target of the harness",
+    "README_DIR": "bench/gpu_smollm2.sh: scratch folder of the README-command run (a bench setting)",
+    "README_STEPS": "bench/gpu_smollm2.sh: GRPO steps of the README-command run (a bench setting)",
     "MODEL_DIR": "bench/gpu_smoke.sh: scratch folder of the random-init smoke model",
     "WORK": "bench/gpu_smoke.sh: scratch folder of the smoke run",
     "TRL_SITE": "bench/gpu_smoke.sh: where the harness installs the TRL peer (kept apart from verl)",
