@@ -72,7 +72,7 @@ def test_warning_fires_below_the_threshold_and_names_the_cures():
     overall = tally.summary(0.95)
     warning = no_signal_warning(overall, threshold=0.1, max_new_tokens=64)
     assert warning is not None and warning.startswith("WARNING") and "1 of 20 GRPO groups" in warning
-    for cure in ("cold start", "SFT_ANSWERS=random", "system_prompt", "easier tasks", "MAX_RESPONSE_LENGTH"):
+    for cure in ("cold start", "COLD_START=rules", "system_prompt", "easier tasks", "MAX_RESPONSE_LENGTH"):
         assert cure in warning
     assert no_signal_warning(overall, threshold=0.05, max_new_tokens=64) is None  # 5 % is not below 5 %
 

@@ -124,8 +124,9 @@ def no_signal_warning(overall: dict[str, Any], threshold: float, max_new_tokens:
     if none["all_full"] > none["all_zero"] + none["all_equal"]:
         cures.append("most groups score full marks on every reply: harder tasks (more of them are already solved)")
     else:
-        cures += ["a cold start first: SFT on reference answers (train/recipes/from-scratch.sh stages export sft hf), "
-                  "or SFT_ANSWERS=random to teach the answer format and the rules only",
+        cures += ["a cold start first: the recipe's SFT stages (train/recipes/recipe.sh export sft hf; "
+                  "COLD_START=rules teaches the answer format and the rules only, COLD_START=reference the engine's "
+                  "moves and puzzle solutions)",
                   "a different prompt or system prompt (SYSTEM_PROMPT / data.env.system_prompt; the example "
                   "replies show what the model writes)",
                   "easier tasks"]
