@@ -427,6 +427,23 @@ def test_self_play_opponent_uses_its_own_context_and_is_never_trained_on(game_to
     assert all("MIRROR" in game_tokenizer.decode(c.prompt_ids) or i == 0 for i, c in enumerate(opponent_calls))
 
 
+def test_a_mixture_of_opponents_draws_one_per_row_and_the_record_names_it(game_tokenizer, episodes):
+    """``game.opponent: random:1,self:1`` through verl's Hydra config: each row plays the opponent its seed draws."""
+    config = game_config(game_tokenizer.name_or_path, opponent="random:1,self:1")
+    assert config.data.env.openspiel.game.opponent == "random:1,self:1"
+    settings = EnvMixture(OmegaConf.to_container(config.data.env, resolve=True)).adapters["openspiel"].game_settings
+    labels = []
+    for index in range(4):
+        row = game_row(config, "tic_tac_toe", index)
+        drawn = settings.opponent_for(row["extra_info"]["seed"]).label
+        output, record, server = play(config, game_tokenizer, row, first_move, episodes)
+        check_invariants(output, server, game_tokenizer)
+        assert record.opponent == drawn and record.done
+        assert (record.opponent_replies > 0) == (drawn == "self")  # only a self-play opponent asks the server
+        labels.append(record.opponent)
+    assert set(labels) == {"random", "self"}
+
+
 def test_the_same_seed_replays_the_same_game(game_tokenizer, episodes):
     config = game_config(game_tokenizer.name_or_path)
     rng_policy = lambda call, ep: answer(random.Random(len(call.prompt_ids)).choice(ep.legal_moves()))  # noqa: E731

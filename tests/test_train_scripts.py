@@ -273,6 +273,32 @@ def test_game_rows_without_the_agent_loop_registration_fail_preflight(capsys):
     assert "data.env.openspiel.game.opponent: unknown opponent 'alphazero'" in capsys.readouterr().err
 
 
+def test_an_opponent_mixture_passes_hydra_and_preflight(capsys):
+    """GAME_OPPONENT with commas and colons reaches the game settings as one string (quoted for Hydra)."""
+    from omegaconf import OmegaConf
+
+    from verl_ext.mixture import EnvMixture
+
+    argv = dry_run("openspiel-ppo.sh", TASK_MODE="game", GAME_OPPONENT="random:0.3,mcts:25:0.4,self:0.3",
+                   RUN_PROFILE="smoke")
+    cfg = compose("ppo_trainer", overrides_of(argv))
+    assert cfg.data.env.openspiel.game.opponent == "random:0.3,mcts:25:0.4,self:0.3"
+    assert check_ppo(cfg, check_imports=False) == []
+    settings = EnvMixture(OmegaConf.to_container(cfg.data.env, resolve=True)).adapters["openspiel"].game_settings
+    assert settings.opponent_mixture.shares() == {"random": 0.3, "mcts:25": 0.4, "self": 0.3}
+    assert preflight_main(["--no-import-check", "--", *overrides_of(argv)]) == 0
+    argv = dry_run("openspiel-ppo.sh", TASK_MODE="game", GAME_OPPONENT="random:0,self:0", RUN_PROFILE="smoke")
+    assert preflight_main(["--no-import-check", "--", *overrides_of(argv)]) == 2
+    assert "data.env.openspiel.game.opponent: the weights of 'random:0,self:0' are all zero" in (
+        capsys.readouterr().err)
+    listed = ('+data.env.openspiel.game.opponents=[{spec:random,weight:0.3},{spec:"mcts:25",weight:0.4},'
+              '{spec:self,weight:0.3}]')  # the list form of docs/games.md, as an extra override
+    cfg = compose("ppo_trainer", overrides_of(dry_run("openspiel-ppo.sh", listed, TASK_MODE="game",
+                                                      RUN_PROFILE="smoke")))
+    settings = EnvMixture(OmegaConf.to_container(cfg.data.env, resolve=True)).adapters["openspiel"].game_settings
+    assert settings.opponent_mixture.shares() == {"random": 0.3, "mcts:25": 0.4, "self": 0.3}
+
+
 def test_invalid_task_mode_is_refused():
     result = subprocess.run(["bash", str(REPO / "train/scripts/openspiel-ppo.sh"), "--dry-run"],
                             capture_output=True, text=True, env={**os.environ, "TASK_MODE": "games"})

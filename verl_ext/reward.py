@@ -65,10 +65,19 @@ def _score_game_row(adapter: Any, info: Mapping[str, Any], started: float) -> di
     if not isinstance(adapter, EpisodeEnv):
         raise ValueError(f"extra_info.env={info.get('env')!r} does not play full games (extra_info.mode='game')")
     case = str(info.get("case"))
-    record = trusted_record(raw, adapter.utility_range(case), case)
+    record = trusted_record(raw, adapter.utility_range(case), case, _rows_opponent(info))
     result = score_game(record, adapter.game_settings)
     return _result(result.score, result.format_rate, result.legal_rate, result.outcome, False, started,
                    _dataset_ms(info), record)
+
+
+def _rows_opponent(info: Mapping[str, Any]) -> str | None:
+    """The opponent the row's game was drawn against, from the row's own settings as the agent loop reads them
+    (``env_config``, without the reward's ``env_overrides``); None when the row carries no seed."""
+    if info.get("seed") is None:
+        return None
+    rollout_adapter = cached_env(str(info["env"]), str(info.get("env_config") or ""))
+    return rollout_adapter.game_settings.opponent_for(int(info["seed"])).label
 
 
 def _dataset_ms(info: Mapping[str, Any]) -> float:

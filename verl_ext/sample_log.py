@@ -28,6 +28,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from . import sample_steps
+from .games import RECORD_FIELD
 from .sample_text import DEFAULT_CHARS, as_text, cut
 
 ENV_VAR = "VERL_EXT_SAMPLE_LOG"
@@ -84,6 +85,13 @@ def _reply_fields(info: Mapping[str, Any], reply: Any) -> dict[str, Any]:
     return {"reply": kept, "reply_chars": len(text), "reply_cut": removed}
 
 
+def _opponent(info: Mapping[str, Any]) -> str | None:
+    """The opponent a game row played (its record's ``opponent``), so a mixture's games can be told apart."""
+    game = info.get(RECORD_FIELD) if info.get("mode") == "game" else None
+    value = game.get("opponent") if isinstance(game, Mapping) else None
+    return value[:64] if isinstance(value, str) else None
+
+
 def record(info: Mapping[str, Any], result: Mapping[str, float], reply: Any = None) -> None:
     """Append one sample line when ``VERL_EXT_SAMPLE_LOG`` is set; ``reply`` is the decoded response (kept for
     a few samples per step). After a failure to write, warn once and stop."""
@@ -96,6 +104,9 @@ def record(info: Mapping[str, Any], result: Mapping[str, float], reply: Any = No
         split = str(info.get("split", ""))[:16]
         entry: dict[str, Any] = {"time": now, "split": split, "env": str(info.get("env", ""))[:64],
                                  "case": str(info.get("case", ""))[:200], **{k: float(v) for k, v in result.items()}}
+        opponent = _opponent(info)
+        if opponent is not None:
+            entry["opponent"] = opponent
         fields, keep_text = _position(path, split, now)
         entry.update(fields)
         limit = _MAX_LINE_BYTES

@@ -2,7 +2,8 @@
 # GRPO on OpenSpiel games with verl main_ppo, our DynamicEnvDataset and compute_score.
 #   bash train/scripts/openspiel-ppo.sh [--dry-run] [hydra.key=value ...]
 #   TASK_MODE=game bash train/scripts/openspiel-ppo.sh     # whole games in verl's agent loop (docs/games.md)
-# Knobs (environment): MODEL_PATH, GAME_TYPES, REWARD_MODE, TASK_MODE=move|game|mixed, GAME_OPPONENT,
+# Knobs (environment): MODEL_PATH, GAME_TYPES, REWARD_MODE, TASK_MODE=move|game|mixed,
+# GAME_OPPONENT (random, mcts:N, self, or a mixture: random:0.3,mcts:25:0.4,self:0.3),
 # MAX_REPLY_LENGTH, RUN_PROFILE=smoke|full, ENABLE_LORA, LORA_RANK,
 # LORA_ALPHA, LORA_ADAPTER_PATH, FSDP_STRATEGY=fsdp2|fsdp, ROLLOUT_BACKEND=vllm|sglang, LAYERED_SUMMON,
 # N_GPUS_PER_NODE, NNODES and the sizes in lib/common.sh. See README "Training".
@@ -41,7 +42,8 @@ ARGS+=(
 if [[ "$TASK_MODE" != "move" ]]; then
   ARGS+=(
     +data.env.openspiel.task_mode="$TASK_MODE"
-    +data.env.openspiel.game.opponent="$GAME_OPPONENT"
+    # quoted for Hydra: a mixture (random:0.3,mcts:25:0.4,self:0.3) has commas, which Hydra reads as a sweep
+    +data.env.openspiel.game.opponent="'$GAME_OPPONENT'"
     +data.env.openspiel.game.max_tokens_per_turn="$MAX_REPLY_LENGTH"
     # verl loads agent loops from a file path (not pkg://); rows name the loop in their agent_name column
     actor_rollout_ref.rollout.agent.agent_loop_config_path="$REPO_ROOT/verl_ext/games/agent_loops.yaml"

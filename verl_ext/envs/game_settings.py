@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from .config import ConfigError
-from .episode import Opponent, parse_opponent
+from .episode import Opponent
+from .opponent_mixture import OpponentMixture, parse_opponent_list, parse_opponent_text
 
 FOLLOWUP_PROMPTS = ("full", "compact")
 
@@ -14,7 +16,8 @@ FOLLOWUP_PROMPTS = ("full", "compact")
 class GameSettings:
     """How a full game is played and scored (``data.env.openspiel.game.*``; docs/games.md explains each)."""
 
-    opponent: str = "random"          # random | mcts:N | self
+    opponent: str = "random"          # random | mcts:N | self, or a mixture: random:0.3,mcts:25:0.4,self:0.3
+    opponents: list[Any] | None = None  # [{spec: random, weight: 0.3}, ...]; replaces `opponent` when given
     illegal_retries: int = 1          # extra tries at a turn after an unparseable or illegal reply, then forfeit
     max_moves: int = 0                # stop the game after this many moves of all players (0: no cap)
     max_tokens_per_turn: int = 256    # generation budget of one reply
@@ -24,7 +27,7 @@ class GameSettings:
     legal_weight: float = 0.0         # share of the reward for the rate of legal replies
 
     def validate(self, where: str) -> None:
-        parse_opponent(self.opponent, f"{where}.opponent")
+        self.opponent_mixture_at(where)
         for key in ("illegal_retries", "max_moves"):
             if getattr(self, key) < 0:
                 raise ConfigError(f"{where}.{key}: must be >= 0, got {getattr(self, key)!r}")
@@ -42,6 +45,26 @@ class GameSettings:
             raise ConfigError(f"{where}.format_weight + legal_weight: must be < 1 (the rest rewards the outcome), "
                               f"got {self.format_weight} + {self.legal_weight}")
 
+    def opponent_mixture_at(self, where: str) -> OpponentMixture:
+        """The opponents and their weights; errors name ``where``.opponent(s) and the value."""
+        if self.opponents is not None:
+            return parse_opponent_list(self.opponents, f"{where}.opponents")
+        return parse_opponent_text(self.opponent, f"{where}.opponent")
+
+    @property
+    def opponent_mixture(self) -> OpponentMixture:
+        return self.opponent_mixture_at("game")
+
+    def opponent_for(self, seed: int) -> Opponent:
+        """The opponent of the game seeded ``seed`` (one spec: always that one)."""
+        return self.opponent_mixture.draw(seed)
+
     @property
     def opponent_spec(self) -> Opponent:
-        return parse_opponent(self.opponent, "game.opponent")
+        """The single opponent; a mixture has none (use ``opponent_for(seed)``)."""
+        mixture = self.opponent_mixture
+        if not mixture.is_single:
+            labels = ",".join(o.label for o in mixture.opponents)
+            raise ConfigError(f"game.opponent: {labels!r} is a mixture; the opponent of a game is "
+                              "opponent_for(its seed)")
+        return mixture.opponents[0]

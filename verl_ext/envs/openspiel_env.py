@@ -177,11 +177,11 @@ class OpenSpielAdapter:
         self.game_settings: GameSettings = from_mapping(GameSettings, config.game, f"{where}.game")
         self._cases = self._resolve_cases(config, where)
         if config.task_mode != "move":
-            opponent = self.game_settings.opponent_spec
-            for case in self._cases:
-                problem = self.opponent_problem(case, opponent)
-                if problem:
-                    raise ConfigError(f"{where}.game.opponent: {opponent.label!r} cannot play {case!r}: {problem}")
+            for entry in self.game_settings.opponent_mixture_at(f"{where}.game").entries:
+                for case in self._cases:
+                    problem = self.opponent_problem(case, entry.opponent)
+                    if problem:
+                        raise ConfigError(f"{entry.where}: {entry.opponent.label!r} cannot play {case!r}: {problem}")
         self._positions: OnceLRU[_Position] = OnceLRU(config.cache_size)
         self._analyses: OnceLRU[dict[int, float]] = OnceLRU(config.cache_size)
         self._outcomes: OnceLRU[dict[int, float]] = OnceLRU(config.cache_size)
@@ -292,7 +292,7 @@ class OpenSpielAdapter:
             messages=({"role": "user", "content": prompt},),
             state=load_game(case).new_initial_state().serialize(),
             ground_truth=GAME_GROUND_TRUTH,
-            info={"mode": "game", "seat": seat, "opponent": self.game_settings.opponent_spec.label},
+            info={"mode": "game", "seat": seat, "opponent": self.game_settings.opponent_for(seed).label},
         )
 
     def start_episode(self, case: str, seed: int, seat: int) -> OpenSpielEpisode:

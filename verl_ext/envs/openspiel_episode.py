@@ -10,6 +10,7 @@ import pyspiel
 from open_spiel.python.bots.uniform_random import UniformRandomBot
 
 from ..seeding import stable_seed
+from .bot_ties import TieBreakingMCTSBot
 from .episode import MoveCheck, Opponent
 from .openspiel_env import legal_move_actions, load_game, normalised_return
 
@@ -22,7 +23,8 @@ class OpenSpielEpisode:
 
     Chance outcomes (cards, dice) come from ``random.Random(seed)``; the bot of player ``p`` is seeded with
     ``stable_seed(seed, "bot", p)`` (OpenSpiel's ``UniformRandomBot`` or ``MCTSBot`` with the adapter's rollout
-    settings); fallback random moves have their own stream. The same seed and the same replies replay the same
+    settings; the MCTS bot draws among equally rated moves from ``stable_seed(seed, "bot_ties", p)``, see
+    ``bot_ties.py``); fallback random moves have their own stream. The same seed and the same replies replay the same
     game. Prompts are the adapter's single-move ``position_prompt`` for the player to move (its own view in
     imperfect-information games).
     """
@@ -39,7 +41,7 @@ class OpenSpielEpisode:
         self.state = self.game.new_initial_state()
         self._chance = random.Random(self.seed)
         self._fallback = random.Random(stable_seed(self.seed, "fallback"))
-        self._bots: dict[tuple[int, str], pyspiel.Bot] = {}
+        self._bots: dict[tuple[int, str], pyspiel.Bot | TieBreakingMCTSBot] = {}
         self._moves = 0
         self._resolve_chance()
 
@@ -79,14 +81,16 @@ class OpenSpielEpisode:
             raise ValueError(f"{move!r} is not a legal move of player {self.current_player()} in {self.case!r}")
         self._apply(action)
 
-    def _bot(self, player: int, opponent: Opponent) -> pyspiel.Bot:
+    def _bot(self, player: int, opponent: Opponent) -> pyspiel.Bot | TieBreakingMCTSBot:
         key = (player, opponent.label)
         if key not in self._bots:
             seed = stable_seed(self.seed, "bot", player)
             if opponent.kind == "random":
                 self._bots[key] = UniformRandomBot(player, np.random.RandomState(seed))
             elif opponent.kind == "mcts":
-                self._bots[key] = self.adapter._mcts_bot(self.game, seed, opponent.simulations)
+                bot = self.adapter._mcts_bot(self.game, seed, opponent.simulations)
+                ties = random.Random(stable_seed(self.seed, "bot_ties", player))
+                self._bots[key] = TieBreakingMCTSBot(bot, ties)
             else:
                 raise ValueError(f"opponent {opponent.label!r} is not a bot")
         return self._bots[key]

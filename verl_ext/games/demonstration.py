@@ -33,5 +33,5 @@ def demonstration_messages(adapter: object, case: str, seed: int, seat: int) -> 
     under the adapter's ``game`` settings; None when the trained seat never had a turn."""
     settings = adapter.game_settings  # type: ignore[attr-defined]
     episode = adapter.start_episode(case, seed, seat)  # type: ignore[attr-defined]
-    messages, _ = play_demonstration(episode, settings.opponent_spec, MatchRules.from_settings(settings))
+    messages, _ = play_demonstration(episode, settings.opponent_for(seed), MatchRules.from_settings(settings))
     return messages if any(m["role"] == "assistant" for m in messages) else None

@@ -12,7 +12,9 @@ pays more than the game earned. ``trusted_record`` rebuilds the record from chec
 - a forfeit is a ``loss`` without returns, a truncated game has no result and no returns, and a record with
   neither a result nor a truncation (a game still running) is refused;
 - counts are non-negative integers and bounded by the turns they count: ``model_moves <= format_ok <=
-  model_turns``, ``retries <= rejected <= model_turns``.
+  model_turns``, ``retries <= rejected <= model_turns``;
+- ``opponent`` is a string and, where the reward knows the row's seed, the opponent the row's game draws from
+  its settings (``GameSettings.opponent_for``): a record cannot claim a game against a different opponent.
 
 Anything else raises ``RecordError`` naming the field and its value; the reward scores such a row 0 and
 counts it as ``failed``.
@@ -45,8 +47,9 @@ class RecordError(ValueError):
         super().__init__(f"game record {field}={_show(value)}: {why}")
 
 
-def trusted_record(data: Any, utility: UtilityRange, case: str) -> GameRecord:
-    """The record in ``data`` (a ``GameRecord.to_dict()``) after every check above, for a row of ``case``.
+def trusted_record(data: Any, utility: UtilityRange, case: str, opponent: str | None = None) -> GameRecord:
+    """The record in ``data`` (a ``GameRecord.to_dict()``) after every check above, for a row of ``case``
+    whose game was drawn against ``opponent`` (a label such as ``mcts:25``; None: any string).
 
     Its ``normalised_return`` is recomputed from its returns; raises ``RecordError`` on any inconsistency.
     """
@@ -84,7 +87,10 @@ def trusted_record(data: Any, utility: UtilityRange, case: str) -> GameRecord:
         normalised = _outcome_from_returns(returns, seat, str(result), normalised, utility)
     else:
         normalised = _outcome_without_returns(str(result), normalised, utility, case)
-    return GameRecord(case=case, seed=_count(data, "seed"), seat=seat, opponent=_text(data, "opponent"),
+    played = _text(data, "opponent")
+    if opponent is not None and played != opponent:
+        raise RecordError("opponent", played, f"the row's game is against {opponent!r}")
+    return GameRecord(case=case, seed=_count(data, "seed"), seat=seat, opponent=played,
                       result=None if truncated is not None else str(result), forfeit=forfeit, truncated=truncated,
                       returns=[float(r) for r in returns] if returns is not None else None,
                       normalised_return=normalised, **counts)
