@@ -11,6 +11,7 @@ import pytest
 from verl_ext.envs.conformance import _alternative, hostile_responses
 from verl_ext.envs.registry import cached_env
 from verl_ext.mixture import EnvMixture
+import verl_ext.reward as reward_module
 from verl_ext.reward import METRIC_KEYS, compute_score
 
 
@@ -139,7 +140,9 @@ def test_a_row_carries_its_move_values_and_the_reward_searches_nothing(monkeypat
     assert searched == []  # every value came from the row
 
 
-def test_a_table_computed_under_other_settings_is_not_used_and_a_broken_one_is_named(caplog):
+def test_a_table_computed_under_other_settings_is_not_used_and_a_broken_one_is_named(caplog, monkeypatch):
+    # the reward logs its first 20 failures per process; tests run before this one in the same worker may have used them
+    monkeypatch.setattr(reward_module, "_failures", 0)
     mixture = EnvMixture({"openspiel": {"cases": ["tic_tac_toe"], "num_tasks_per_case": 1,
                                         "reward_mode": "engine", "mcts_simulations": 50}})
     row = mixture.row(mixture.plan("train")[0], "train", 0)
