@@ -9,10 +9,10 @@ import pyarrow.parquet as pq
 import pytest
 from omegaconf import OmegaConf
 
-from test_game_agent_loop import game_config, game_row, game_tokenizer, episodes, play  # noqa: F401 (fixtures)
+from test_game_agent_loop import game_config, game_row, game_tokenizer, episodes, play, spans  # noqa: F401 (fixtures)
 from verl_ext.games.agent_loop import game_setup
 from verl_ext.games.demonstration import play_demonstration
-from verl_ext.games.match import MatchRules
+from verl_ext.games.match import Match, MatchRules
 
 
 def engine_reply(call, episode) -> str:
@@ -115,8 +115,6 @@ def _sloppy_policy():
 
 def _conversation(row, tokenizer, server, prompt_ids) -> list[dict]:
     """The trained seat's conversation: the game replayed from its seed with the replies the loop got."""
-    from verl_ext.games.match import Match
-
     learner_calls = [c for c in server.calls if c.prompt_ids[: len(prompt_ids)] == list(prompt_ids)]
     replies = iter([tokenizer.decode(c.tokens, skip_special_tokens=True) for c in learner_calls])
     setup = game_setup(row["extra_info"])
@@ -126,17 +124,6 @@ def _conversation(row, tokenizer, server, prompt_ids) -> list[dict]:
         replay.submit(next(replies))
     assert next(replies, None) is None
     return list(replay.conversation(setup.seat))
-
-
-def _mask_runs(mask: list[int]) -> list[tuple[int, int]]:
-    runs, start = [], None
-    for i, bit in enumerate([*mask, 0]):
-        if bit and start is None:
-            start = i
-        elif not bit and start is not None:
-            runs.append((start, i))
-            start = None
-    return runs
 
 
 @pytest.mark.parametrize("family", ["llama_chatml", "qwen2"])
@@ -166,7 +153,7 @@ def test_game_tokens_equal_the_chat_template_for_any_model_type(request, game_to
             tokens = tokenizer.encode(message["content"], add_special_tokens=False) + [end]
             assert rendered[start: start + len(tokens)] == tokens
             expected.append((start - len(output.prompt_ids), start - len(output.prompt_ids) + len(tokens)))
-    assert _mask_runs(list(output.response_mask)) == expected
+    assert spans(list(output.response_mask)) == expected
 
 
 def test_without_the_template_builder_a_llama_chatml_game_loses_its_turn_newlines(llama_chatml_tokenizer, episodes,

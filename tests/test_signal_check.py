@@ -19,7 +19,8 @@ from verl_ext.envs.config import ConfigError
 from verl_ext.evaluation.signal_check import EXIT_NO_SIGNAL, apply_hydra_overrides
 from verl_ext.evaluation.signal_check import main as signal_main
 from verl_ext.evaluation.signal_report import (GroupTally, ScoredReply, has_signal, markdown, no_signal_kind,
-                                               no_signal_warning, printable)
+                                               no_signal_warning)
+from verl_ext.sample_text import printable
 from verl_ext.tiny_model import build_qwen2
 
 REPO = Path(__file__).resolve().parents[1]

@@ -23,7 +23,7 @@ import math
 import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass
-from typing import Hashable, Iterable
+from typing import Hashable, Iterable, Sequence
 
 
 NO_ANSWER_ID = 0.0  # verl_ext.envs.answer.answer_id(None); not imported: that package loads every env (~0.1 s)
@@ -57,6 +57,12 @@ def step_metrics(replies: Iterable[Reply]) -> dict[str, float]:
     return metrics
 
 
+def rewards_differ(rewards: Sequence[float]) -> bool:
+    """Whether a group's rewards are not all equal (differ by more than ``EQUAL_REWARDS``): its GRPO advantages are
+    then not all 0. Also what ``verl-ext signal`` counts before a run."""
+    return max(rewards) - min(rewards) > EQUAL_REWARDS
+
+
 def _signal(groups: list[list[Reply]]) -> dict[str, float]:
     with_signal, stds = 0, []
     for group in groups:
@@ -64,7 +70,7 @@ def _signal(groups: list[list[Reply]]) -> dict[str, float]:
         if len(group) == 1:
             with_signal += bool(rewards) and abs(rewards[0]) > EQUAL_REWARDS
         else:
-            with_signal += bool(rewards) and max(rewards) - min(rewards) > EQUAL_REWARDS
+            with_signal += bool(rewards) and rewards_differ(rewards)
         if len(rewards) > 1:
             stds.append(_std(rewards))
     metrics = {"signal/group_share": with_signal / len(groups), "signal/groups": float(len(groups))}

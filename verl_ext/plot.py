@@ -106,20 +106,24 @@ def signal_panels(metrics: Steps) -> list[Panel]:
     signal.add("format rate", _series(metrics, "signal/format_rate"))
     signal.add("valid rate", _series(metrics, "signal/valid_rate"))
     if not signal.empty:
-        signal.add(f"warning below {NO_SIGNAL_SHARE:g}", [(step, NO_SIGNAL_SHARE) for step, _ in
-                                                          _series(metrics, "signal/group_share")])
+        signal.add(f"warning below {NO_SIGNAL_SHARE:g}", _level(metrics, "signal/group_share", NO_SIGNAL_SHARE))
     collapse = Panel("collapse: answers within a group")
     collapse.add("answer entropy (nats)", _series(metrics, "collapse/answer_entropy"))
     collapse.add("favourite-answer share", _series(metrics, "collapse/favourite_share"))
     collapse.add("distinct answers / group size", _series(metrics, "collapse/distinct_share"))
     if not collapse.empty:
-        collapse.add(f"favourite warning above {FAVOURITE_SHARE:g}", [(step, FAVOURITE_SHARE) for step, _ in
-                                                                       _series(metrics, "collapse/favourite_share")])
+        collapse.add(f"favourite warning above {FAVOURITE_SHARE:g}",
+                     _level(metrics, "collapse/favourite_share", FAVOURITE_SHARE))
     per_case = Panel("favourite answer's share of a case's replies", ylim=(-0.02, 1.02))
     prefix = "collapse/favourite_share/"
     for key in sorted({key for values in metrics.values() for key in values if key.startswith(prefix)}):
         per_case.add(key[len(prefix):], _series(metrics, key))
     return [signal, collapse, per_case]
+
+
+def _level(metrics: Steps, key: str, value: float) -> list[tuple[int, float]]:
+    """A warning threshold drawn as a flat line over the steps that logged ``key``."""
+    return [(step, value) for step, _ in _series(metrics, key)]
 
 
 def sft_panels(metrics: Steps) -> list[Panel]:

@@ -3,14 +3,11 @@ anything (str, bytes, None, a list), any size, any characters."""
 
 from __future__ import annotations
 
-import re
+import unicodedata
 from typing import Any
 
 DEFAULT_CHARS = 2000
 _CUT_MARKER = "\n[... {cut} chars cut ...]\n"
-# control characters (but tab and newline), DEL, C1 controls, and bidirectional overrides, which can hide or
-# reorder what a terminal shows
-_UNPRINTABLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 
 
 def as_text(value: Any, limit: int = 1 << 20) -> str:
@@ -47,11 +44,16 @@ def cut(text: str, limit: int = DEFAULT_CHARS, tail_share: float = 0.5) -> tuple
     return _clean(kept), removed
 
 
-def printable(text: str) -> str:
-    """``text`` safe to print to a terminal: control and direction-override characters shown as ``\\xNN`` /
-    ``\\uNNNN`` escapes (tab and newline kept)."""
-    def escape(match: re.Match[str]) -> str:
-        code = ord(match.group())
-        return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+def printable(text: str, limit: int | None = None) -> str:
+    """``text`` safe to print to a terminal: every Unicode "other" character (controls, DEL, C1, format characters
+    such as the bidirectional overrides, which can hide or reorder what a terminal shows; private use, unassigned)
+    shown as a ``\\xNN`` / ``\\uNNNN`` escape, tab and newline kept; at most ``limit`` characters, then "…"."""
+    shown = text if limit is None else text[:limit]
+    escaped = "".join(ch if ch in "\n\t" or unicodedata.category(ch)[0] != "C" else _escape(ch)
+                      for ch in _clean(shown))
+    return escaped + ("…" if len(shown) < len(text) else "")
 
-    return _UNPRINTABLE.sub(escape, _clean(text))
+
+def _escape(ch: str) -> str:
+    code = ord(ch)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"

@@ -105,7 +105,8 @@ SFT_HF="$RUN_DIR/sft_hf"
 GRPO_DIR="$RUN_DIR/grpo"
 GRPO_HF="$RUN_DIR/grpo_hf"
 LOGS="$RUN_DIR/logs"
-if [[ "$COLD_START" == none ]]; then START="$BASE"; else START="$SFT_HF"; fi
+# the model GRPO starts from, and the stage that makes it
+if [[ "$COLD_START" == none ]]; then START="$BASE" START_STAGE=model; else START="$SFT_HF" START_STAGE=hf; fi
 if [[ "$MODEL_KIND" == blank ]]; then BASE_NAME=blank; else BASE_NAME=pretrained; fi
 STAGES=(model export sft hf signal grpo merge eval plot)
 # LOGIC_CASES: reasoning-gym datasets beside (or, with GAME_TYPES=none, instead of) the games: a comma list of
@@ -229,7 +230,7 @@ stage_hf() {
 # Will GRPO see any reward? The start model samples SIGNAL_PROMPTS train prompts ROLLOUT_N times, as the run
 # will; the report (signal/signal.md) gives format, legal/correct rates and the share of groups with signal.
 stage_signal() {
-  need "$START/config.json" "$([[ "$COLD_START" == none ]] && echo model || echo hf)"
+  need "$START/config.json" "$START_STAGE"
   if [[ "${TASK_MODE:-move}" != move ]]; then
     echo "recipe: the signal check samples single moves and puzzles; TASK_MODE=$TASK_MODE rows are not checked" >&2
     return 0
@@ -241,7 +242,7 @@ stage_signal() {
 }
 
 stage_grpo() {
-  need "$START/config.json" "$([[ "$COLD_START" == none ]] && echo model || echo hf)"
+  need "$START/config.json" "$START_STAGE"
   local flag=() script="$SCRIPTS/openspiel-ppo.sh" env_args=() kv
   [[ "$DRY_RUN" == "1" ]] && flag=(--dry-run)
   for kv in "${ENV_KV[@]}"; do

@@ -43,7 +43,7 @@ if [[ "$TASK_MODE" != "move" ]]; then
   ARGS+=(
     +data.env.openspiel.task_mode="$TASK_MODE"
     # quoted for Hydra: a mixture (random:0.3,mcts:25:0.4,self:0.3) has commas, which Hydra reads as a sweep
-    +data.env.openspiel.game.opponent="'$GAME_OPPONENT'"
+    +data.env.openspiel.game.opponent="$(hydra_quote "$GAME_OPPONENT")"
     +data.env.openspiel.game.max_tokens_per_turn="$MAX_REPLY_LENGTH"
     # verl loads agent loops from a file path (not pkg://); rows name the loop in their agent_name column
     actor_rollout_ref.rollout.agent.agent_loop_config_path="$REPO_ROOT/verl_ext/games/agent_loops.yaml"

@@ -30,9 +30,10 @@ from typing import Any
 
 from .. import sample_log
 from ..envs.config import ConfigError
+from ..sample_text import printable
 from ..seeding import stable_seed
 from .backends import BACKENDS, DTYPES, GenerationSettings
-from .signal_report import GroupTally, ScoredReply, markdown, no_signal_warning, printable
+from .signal_report import EXAMPLE_CHARS, GroupTally, ScoredReply, markdown, no_signal_warning
 
 EXIT_NO_SIGNAL = 3
 ENV_PREFIX = "data.env."
@@ -202,7 +203,7 @@ def summarise(rows: list[dict[str, Any]], groups: list[list[ScoredReply]], max_n
     picks = sorted({i * len(groups) // EXAMPLES for i in range(min(EXAMPLES, len(groups)))})
     examples = [{"case": str(rows[i]["data_source"]), "score": groups[i][0].score,
                  "format_ok": groups[i][0].format_ok, "valid": groups[i][0].valid, "tokens": groups[i][0].tokens,
-                 "reply": printable(groups[i][0].reply)} for i in picks]
+                 "reply": printable(groups[i][0].reply, EXAMPLE_CHARS)} for i in picks]
     return ({case: t.summary(confidence) for case, t in cases.items()}, overall.summary(confidence), examples)
 
 

@@ -9,18 +9,15 @@ not all equal is therefore the share of the batch GRPO can learn from.
 from __future__ import annotations
 
 import statistics
-import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..group_stats import EQUAL_REWARDS, rewards_differ
 from .stats import mean_or_none, proportion
 
 # Share of replies at the token cap above which the warning names a larger response budget.
 CAP_SHARE_NOTE = 0.2
-# Rewards closer than this count as equal: verl's GRPO divides by (std + 1e-6), and the per-step
-# ``signal/group_share`` metric uses the same bound.
-EQUAL_REWARDS = 1e-6
 EXAMPLE_CHARS = 400
 
 
@@ -41,7 +38,7 @@ def has_signal(scores: Sequence[float]) -> bool:
     advantages are not all 0)."""
     if len(scores) < 2:
         raise ValueError(f"a GRPO group needs at least 2 rewards, got {len(scores)}")
-    return max(scores) - min(scores) > EQUAL_REWARDS
+    return rewards_differ(scores)
 
 
 def no_signal_kind(scores: Sequence[float]) -> str | None:
@@ -137,18 +134,6 @@ def no_signal_warning(overall: dict[str, Any], threshold: float, max_new_tokens:
 
 def _pct(p: dict[str, Any]) -> str:
     return "-" if p is None or p["rate"] is None else f"{100 * p['rate']:.1f} %"
-
-
-def printable(text: str, limit: int = EXAMPLE_CHARS) -> str:
-    """A reply made safe to print: at most ``limit`` characters, control characters (terminal escapes) shown as
-    ``\\xNN``/``\\uNNNN``, newlines and tabs kept."""
-    out = []
-    for ch in text[:limit]:
-        if ch in "\n\t" or unicodedata.category(ch)[0] != "C":
-            out.append(ch)
-        else:
-            out.append(ch.encode("unicode_escape").decode("ascii"))
-    return "".join(out) + ("…" if len(text) > limit else "")
 
 
 def _fence(text: str) -> str:
