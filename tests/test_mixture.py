@@ -2,6 +2,10 @@
 
 from collections import Counter
 
+import pytest
+
+from verl_ext.envs.config import ConfigError
+from verl_ext.held_out import DEFAULT_HELD_OUT_SHARE, content_key, is_held_out
 from verl_ext.mixture import VAL_INDEX_OFFSET, EnvMixture, subsample
 
 
@@ -15,7 +19,10 @@ def test_default_plan_is_every_task_once():
     refs = EnvMixture(_section()).plan("train")
     assert Counter(r.case for r in refs) == {"tic_tac_toe": 10, "connect_four": 10, "mini_sudoku": 10}
     assert len({(r.case, r.index) for r in refs}) == 30
-    assert all(r.seed == r.index for r in refs)  # seed = base seed (0) + index
+    # seeds run from the base seed (0) upwards, skipping those whose content is held out
+    for case in ("tic_tac_toe", "connect_four", "mini_sudoku"):
+        seeds = [r.seed for r in refs if r.case == case]
+        assert seeds == sorted(seeds) and len(set(seeds)) == 10 and seeds[0] >= 0
 
 
 def test_weights_split_rows_between_envs_then_cases():
@@ -32,6 +39,56 @@ def test_validation_is_held_out():
     val = mixture.plan("val")
     assert len(val) == 12 and all(r.index >= VAL_INDEX_OFFSET for r in val)
     assert not train & {(r.case, r.seed) for r in val}
+
+
+def _contents(mixture, split):
+    return [(ref.case, content_key(mixture.build(ref))) for ref in mixture.plan(split)]
+
+
+def test_validation_never_shares_a_content_with_training():
+    # tic_tac_toe positions and small sums recur under other seeds: the split is by content, not by seed
+    section = {"openspiel": {"cases": ["tic_tac_toe"], "num_tasks_per_case": 1500},
+               "logic": {"cases": {"chain_sum": {"min_terms": 2, "max_terms": 2, "max_digits": 2}},
+                         "num_tasks_per_case": 1500},
+               "val_tasks_per_case": 60}
+    mixture = EnvMixture(section)
+    train, val = set(_contents(mixture, "train")), _contents(mixture, "val")
+    assert len(val) == 120 and len(set(val)) == 120  # distinct held-out questions
+    assert not train & set(val)
+    assert all(is_held_out(case, key, DEFAULT_HELD_OUT_SHARE) for case, key in val)
+    assert not any(is_held_out(case, key, DEFAULT_HELD_OUT_SHARE) for case, key in train)
+
+
+def test_held_out_split_does_not_depend_on_pool_sizes():
+    small = EnvMixture({"openspiel": {"cases": ["tic_tac_toe"], "num_tasks_per_case": 10}, "val_tasks_per_case": 20})
+    large = EnvMixture({"openspiel": {"cases": ["tic_tac_toe"], "num_tasks_per_case": 3000},
+                        "val_tasks_per_case": 20})
+    assert small.plan("val") == large.plan("val")
+    assert large.plan("train")[:10] == small.plan("train")
+
+
+def test_held_out_share_sets_the_bucket_and_is_checked():
+    wide = EnvMixture(_section(val_tasks_per_case=4, held_out_share=0.5))
+    assert all(is_held_out(case, key, 0.5) for case, key in _contents(wide, "val"))
+    for bad in (0, -0.1, 0.9, "x"):
+        with pytest.raises(ConfigError, match=r"data\.env\.held_out_share: expected a number in \(0, 0\.5\]"):
+            EnvMixture(_section(held_out_share=bad))
+
+
+def test_too_few_held_out_contents_names_the_setting():
+    # sums of two one-digit numbers: about 200 possible questions, a tenth of them held out
+    section = {"logic": {"cases": {"chain_sum": {"min_terms": 2, "max_terms": 2, "max_digits": 1}}},
+               "val_tasks_per_case": 2000}
+    with pytest.raises(ConfigError, match=r"data\.env\.val_tasks_per_case=2000: case chain_sum has only \d+ "
+                                          r"distinct held-out tasks"):
+        EnvMixture(section).plan("val")
+
+
+def test_full_games_are_split_by_seed():
+    mixture = EnvMixture({"openspiel": {"cases": ["tic_tac_toe"], "task_mode": "game", "num_tasks_per_case": 6},
+                          "val_tasks_per_case": 3})
+    assert [r.seed for r in mixture.plan("train")] == list(range(6))
+    assert [r.index for r in mixture.plan("val")] == [VAL_INDEX_OFFSET + i for i in range(3)]
 
 
 def test_seed_shifts_every_task():

@@ -8,6 +8,7 @@ Settings live under ``data.env`` (set with ``+data.env.<env>.<key>=...`` Hydra o
     data.env.weights:   {openspiel: 3, logic: 1}       # optional mixture weights per env
     data.env.size:      2000                            # optional train rows (default: sum of pools)
     data.env.val_tasks_per_case: 16                     # held-out tasks per case
+    data.env.held_out_share: 0.1                        # share of task contents never trained on (held_out.py)
     data.env.system_prompt: "You play board games."     # optional system message, every env (envs/system_prompt.py)
 """
 
@@ -25,16 +26,17 @@ from .envs.config import ConfigError, to_plain
 from .envs.system_prompt import KEY as SYSTEM_PROMPT_KEY
 from .envs.system_prompt import check_system_prompt, system_prompt_of, with_system_prompt
 from .games import GAME_AGENT_NAME, SINGLE_TURN_AGENT_NAME
+from .held_out import DEFAULT_HELD_OUT_SHARE, check_share, training_seeds, validation_indices
 
 SPLITS = ("train", "val")
 # Validation tasks use indices from here on, so their seeds never meet a training task's.
 VAL_INDEX_OFFSET = 1_000_000
-MIXTURE_KEYS = ("weights", "size", "val_tasks_per_case", SYSTEM_PROMPT_KEY)
+MIXTURE_KEYS = ("weights", "size", "val_tasks_per_case", "held_out_share", SYSTEM_PROMPT_KEY)
 
 
 @dataclass(frozen=True)
 class TaskRef:
-    """Where a row comes from; ``seed = adapter seed + index``."""
+    """Where a row comes from: the adapter builds task ``index`` of ``case`` from ``seed``."""
 
     env: str
     case: str
@@ -93,6 +95,10 @@ class EnvMixture:
         self.size = self._positive_int(section.get("size"), f"{where}.size")
         self.val_tasks_per_case = self._positive_int(section.get("val_tasks_per_case", 16),
                                                      f"{where}.val_tasks_per_case")
+        self.held_out_share = check_share(section.get("held_out_share", DEFAULT_HELD_OUT_SHARE),
+                                          f"{where}.held_out_share")
+        self._where = where
+        self._plans: dict[str, list[TaskRef]] = {}
 
     @staticmethod
     def _positive_int(value: Any, where: str) -> int | None:
@@ -133,13 +139,29 @@ class EnvMixture:
         return int(getattr(self.adapters[env].config, "seed", 0)) + index
 
     def plan(self, split: str) -> list[TaskRef]:
-        """Rows of ``split`` in a fixed order (verl's sampler shuffles them)."""
+        """Rows of ``split`` in a fixed order (verl's sampler shuffles them); train and val never share a content."""
         if split not in SPLITS:
             raise ConfigError(f"split: expected one of {SPLITS}, got {split!r}")
-        cases = [(env, case) for env, adapter in self.adapters.items() for case in adapter.cases()]
-        if split == "val":
-            return [TaskRef(env, case, VAL_INDEX_OFFSET + i, self.seed(env, VAL_INDEX_OFFSET + i))
-                    for env, case in cases for i in range(self.val_tasks_per_case)]
+        if split not in self._plans:
+            self._plans[split] = self._val_plan() if split == "val" else self._train_plan()
+        return list(self._plans[split])
+
+    def _cases(self) -> list[tuple[str, str]]:
+        return [(env, case) for env, adapter in self.adapters.items() for case in adapter.cases()]
+
+    def _val_plan(self) -> list[TaskRef]:
+        refs = []
+        for env, case in self._cases():
+            adapter = self.adapters[env]
+            indices = validation_indices(
+                case, self.val_tasks_per_case, VAL_INDEX_OFFSET, self.held_out_share,
+                lambda index, a=adapter, e=env, c=case: a.make_task(c, index, self.seed(e, index)),
+                f"{self._where}.val_tasks_per_case")
+            refs += [TaskRef(env, case, index, self.seed(env, index)) for index in indices]
+        return refs
+
+    def _train_plan(self) -> list[TaskRef]:
+        cases = self._cases()
         pools = [self.adapters[env].num_tasks(case) for env, case in cases]
         per_env = {env: sum(1 for e, _ in cases if e == env) for env in self.adapters}
         case_weights = [self.weights[env] / per_env[env] for env, _ in cases]
@@ -150,8 +172,11 @@ class EnvMixture:
             counts = _apportion(total, case_weights)
         refs = []
         for (env, case), pool, count in zip(cases, pools, counts):
+            adapter = self.adapters[env]
+            seeds = training_seeds(case, min(pool, count), self.seed(env, 0), self.held_out_share,
+                                   lambda index, seed, a=adapter, c=case: a.make_task(c, index, seed))
             # More rows than the pool holds repeat tasks (up-weighting), never invent new ones.
-            refs += [TaskRef(env, case, j % pool, self.seed(env, j % pool)) for j in range(count)]
+            refs += [TaskRef(env, case, j % len(seeds), seeds[j % len(seeds)]) for j in range(count)]
         return refs
 
     def build(self, ref: TaskRef) -> Task:

@@ -1,0 +1,99 @@
+"""Held-out tasks that training never sees, by content, not only by seed.
+
+Seeds alone do not keep evaluation honest: a tic_tac_toe position or a small sum comes up again under another
+seed (of 200 validation positions drawn by seed, 107 tic_tac_toe and 94 leg_counting ones were also in a
+1,500-task training pool). So every single-prompt task gets a content key (its prompt text), and a stable hash of
+``case + key`` puts a fixed share of all possible contents in the held-out bucket:
+
+- the training pool skips held-out contents (the pool's seeds are the first ones whose task is not held out);
+- the validation set takes distinct held-out contents, in seed order, until it has ``val_tasks_per_case``.
+
+The split depends on nothing but the content and ``held_out_share``: SFT export, GRPO, the signal check and
+``verl-ext eval`` agree on it whatever their pool sizes. Full-game tasks all start from the same position, so
+they are told apart by seed as before (``content_key`` is None for them).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+
+from .envs import Task
+from .envs.config import ConfigError
+
+DEFAULT_HELD_OUT_SHARE = 0.1
+# A case whose content space is small stops the search for validation tasks after this many draws per task.
+DRAWS_PER_VAL_TASK = 200
+
+
+def content_key(task: Task) -> str | None:
+    """What makes two tasks the same question: their non-system messages; None for full games (split by seed)."""
+    if task.info.get("mode") == "game":
+        return None
+    return json.dumps([[m.get("role"), m.get("content")] for m in task.messages if m.get("role") != "system"],
+                      ensure_ascii=False)
+
+
+def is_held_out(case: str, key: str, share: float) -> bool:
+    """Whether content ``key`` of ``case`` belongs to the held-out bucket (a stable hash, the same everywhere)."""
+    digest = hashlib.blake2b(f"{case}\x00{key}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") / 2.0**64 < share
+
+
+def check_share(value: object, where: str) -> float:
+    """``held_out_share`` as a float in (0, 0.5]."""
+    try:
+        share = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise ConfigError(f"{where}: expected a number in (0, 0.5], got {value!r}") from None
+    if not 0.0 < share <= 0.5:
+        raise ConfigError(f"{where}: expected a number in (0, 0.5] (the share of task contents kept out of "
+                          f"training), got {value!r}")
+    return share
+
+
+def training_seeds(case: str, pool: int, first_seed: int, share: float,
+                   make: Callable[[int, int], Task]) -> list[int]:
+    """Seeds of the ``pool`` training tasks of ``case``: in order from ``first_seed``, held-out contents skipped.
+
+    ``make(index, seed)`` builds the task that pool position ``index`` would get.
+    """
+    seeds: list[int] = []
+    seed = first_seed
+    limit = first_seed + 4 * pool + 1000  # share <= 0.5: about 2 * pool draws in a case of any size
+    while len(seeds) < pool:
+        if seed >= limit:
+            raise ConfigError(f"case {case}: only {len(seeds)} of {pool} training tasks outside the held-out "
+                              f"share {share} in {seed - first_seed} draws")
+        key = content_key(make(len(seeds), seed))
+        if key is None or not is_held_out(case, key, share):
+            seeds.append(seed)
+        seed += 1
+    return seeds
+
+
+def validation_indices(case: str, count: int, first_index: int, share: float,
+                       make: Callable[[int], Task], where: str) -> list[int]:
+    """Indices of ``count`` validation tasks of ``case`` with distinct held-out contents, in order from ``first_index``.
+
+    ``make(index)`` builds the task of ``index``. Raises a ConfigError naming ``where`` (the setting to lower)
+    when the case has too few distinct held-out contents.
+    """
+    indices: list[int] = []
+    seen: set[str] = set()
+    draws = DRAWS_PER_VAL_TASK * count + 1000
+    for index in range(first_index, first_index + draws):
+        if len(indices) == count:
+            break
+        key = content_key(make(index))
+        if key is None:
+            indices.append(index)
+        elif key not in seen and is_held_out(case, key, share):
+            seen.add(key)
+            indices.append(index)
+    if len(indices) < count:
+        raise ConfigError(f"{where}={count}: case {case} has only {len(indices)} distinct held-out tasks in "
+                          f"{draws} draws (held_out_share={share}); lower {where} or raise "
+                          f"data.env.held_out_share")
+    return indices
