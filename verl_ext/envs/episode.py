@@ -15,9 +15,13 @@ from typing import Protocol, runtime_checkable
 
 from .config import ConfigError
 
-OPPONENT_KINDS = ("random", "mcts", "self")
+OPPONENT_KINDS = ("random", "mcts", "cfr", "self")
 DEFAULT_MCTS_SIMULATIONS = 200
-_OPPONENT = re.compile(r"^(random|self|mcts(?::(\d+))?)$")
+DEFAULT_CFR_ITERATIONS = 1000  # = cfr_policy.DEFAULT_ITERATIONS (that module imports OpenSpiel; this one does not)
+MAX_CFR_ITERATIONS = 1_000_000  # = cfr_policy.MAX_ITERATIONS
+_OPPONENT = re.compile(r"^(random|self|(mcts|cfr)(?::(\d+))?)$")
+# Kinds written ``kind:N`` (N simulations or iterations), so that ``kind:N:weight`` is a mixture entry.
+COUNTED_KINDS = ("mcts", "cfr")
 
 
 @dataclass(frozen=True)
@@ -40,14 +44,20 @@ class MoveCheck:
 @dataclass(frozen=True)
 class Opponent:
     """Who plays the other seats: ``random`` (uniform random bot), ``mcts`` (OpenSpiel MCTS with ``simulations``
-    per move) or ``self`` (the policy being trained, in its own context, its tokens never trained on)."""
+    per move), ``cfr`` (a bot sampling from OpenSpiel's CFR+ average policy after ``iterations``; small poker
+    games only) or ``self`` (the policy being trained, in its own context, its tokens never trained on)."""
 
     kind: str
     simulations: int = 0
+    iterations: int = 0
 
     @property
     def label(self) -> str:
-        return f"mcts:{self.simulations}" if self.kind == "mcts" else self.kind
+        if self.kind == "mcts":
+            return f"mcts:{self.simulations}"
+        if self.kind == "cfr":
+            return f"cfr:{self.iterations}"
+        return self.kind
 
     @property
     def is_bot(self) -> bool:
@@ -55,17 +65,23 @@ class Opponent:
 
 
 def parse_opponent(text: object, where: str, allowed: tuple[str, ...] = OPPONENT_KINDS) -> Opponent:
-    """``"random"``, ``"mcts:200"`` (``"mcts"`` = 200 simulations) or ``"self"``; the error names ``where``."""
+    """``"random"``, ``"mcts:200"`` (``"mcts"`` = 200 simulations), ``"cfr:1000"`` (``"cfr"`` = 1000 CFR+
+    iterations) or ``"self"``; the error names ``where``."""
     value = str(text).strip() if text is not None else ""
     match = _OPPONENT.match(value)
-    choices = ", ".join("mcts:N" if kind == "mcts" else kind for kind in allowed)
+    choices = ", ".join(f"{kind}:N" if kind in COUNTED_KINDS else kind for kind in allowed)
     if not match or value.split(":")[0] not in allowed:
         raise ConfigError(f"{where}: unknown opponent {text!r} (use {choices}, e.g. mcts:200)")
-    if value.startswith("mcts"):
-        simulations = int(match.group(2) or DEFAULT_MCTS_SIMULATIONS)
+    if match.group(2) == "mcts":
+        simulations = int(match.group(3) or DEFAULT_MCTS_SIMULATIONS)
         if simulations <= 0:
             raise ConfigError(f"{where}: {text!r} needs a positive number of simulations")
         return Opponent("mcts", simulations)
+    if match.group(2) == "cfr":
+        iterations = int(match.group(3) or DEFAULT_CFR_ITERATIONS)
+        if not 0 < iterations <= MAX_CFR_ITERATIONS:
+            raise ConfigError(f"{where}: {text!r} needs a number of CFR iterations in 1..{MAX_CFR_ITERATIONS}")
+        return Opponent("cfr", iterations=iterations)
     return Opponent(value)
 
 

@@ -16,7 +16,7 @@ FOLLOWUP_PROMPTS = ("full", "compact")
 class GameSettings:
     """How a full game is played and scored (``data.env.openspiel.game.*``; docs/games.md explains each)."""
 
-    opponent: str = "random"          # random | mcts:N | self, or a mixture: random:0.3,mcts:25:0.4,self:0.3
+    opponent: str = "random"          # random | mcts:N | cfr[:N] | self, or a mixture: random:0.3,mcts:25:0.4,self:0.3
     opponents: list[Any] | None = None  # [{spec: random, weight: 0.3}, ...]; replaces `opponent` when given
     illegal_retries: int = 1          # extra tries at a turn after an unparseable or illegal reply, then forfeit
     max_moves: int = 0                # stop the game after this many moves of all players (0: no cap)

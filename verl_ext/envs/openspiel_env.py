@@ -302,9 +302,14 @@ class OpenSpielAdapter:
         return OpenSpielEpisode(self, case, seed, seat)
 
     def opponent_problem(self, case: str, opponent: Opponent) -> str | None:
-        """Why ``opponent`` cannot play ``case`` (OpenSpiel's MCTS needs terminal rewards), else None."""
+        """Why ``opponent`` cannot play ``case`` (OpenSpiel's MCTS needs terminal rewards; CFR is solved for small
+        poker games only, ``cfr_policy.cfr_problem``), else None."""
         if opponent.kind == "mcts" and not terminal_rewards_only(case):
             return "per-step rewards: OpenSpiel MCTS needs terminal rewards"
+        if opponent.kind == "cfr":
+            from .cfr_policy import cfr_problem
+
+            return cfr_problem(case)
         return None
 
     def utility_range(self, case: str) -> UtilityRange:

@@ -7,10 +7,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import pyspiel
+from open_spiel.python.bots.policy import PolicyBot
 from open_spiel.python.bots.uniform_random import UniformRandomBot
 
 from ..seeding import stable_seed
 from .bot_ties import TieBreakingMCTSBot
+from .cfr_policy import DEFAULT_SOLVER, cfr_policy
 from .episode import MoveCheck, Opponent
 from .openspiel_env import legal_move_actions, load_game, normalised_return
 
@@ -22,11 +24,11 @@ class OpenSpielEpisode:
     """One game of ``case`` from the initial state; everything random in it follows from ``seed``.
 
     Chance outcomes (cards, dice) come from ``random.Random(seed)``; the bot of player ``p`` is seeded with
-    ``stable_seed(seed, "bot", p)`` (OpenSpiel's ``UniformRandomBot`` or ``MCTSBot`` with the adapter's rollout
-    settings; the MCTS bot draws among equally rated moves from ``stable_seed(seed, "bot_ties", p)``, see
-    ``bot_ties.py``); fallback random moves have their own stream. The same seed and the same replies replay the same
-    game. Prompts are the adapter's single-move ``position_prompt`` for the player to move (its own view in
-    imperfect-information games).
+    ``stable_seed(seed, "bot", p)`` (OpenSpiel's ``UniformRandomBot``, ``MCTSBot`` with the adapter's rollout
+    settings, or ``PolicyBot`` sampling a cached CFR+ average policy, ``cfr_policy.py``; the MCTS bot draws among
+    equally rated moves from ``stable_seed(seed, "bot_ties", p)``, see ``bot_ties.py``); fallback random moves have
+    their own stream. The same seed and the same replies replay the same game. Prompts are the adapter's
+    single-move ``position_prompt`` for the player to move (its own view in imperfect-information games).
     """
 
     def __init__(self, adapter: OpenSpielAdapter, case: str, seed: int, seat: int) -> None:
@@ -91,6 +93,9 @@ class OpenSpielEpisode:
                 bot = self.adapter._mcts_bot(self.game, seed, opponent.simulations)
                 ties = random.Random(stable_seed(self.seed, "bot_ties", player))
                 self._bots[key] = TieBreakingMCTSBot(bot, ties)
+            elif opponent.kind == "cfr":  # samples OpenSpiel's CFR+ average policy at its own information state
+                solved = cfr_policy(self.case, DEFAULT_SOLVER, opponent.iterations)
+                self._bots[key] = PolicyBot(player, np.random.RandomState(seed), solved.policy)
             else:
                 raise ValueError(f"opponent {opponent.label!r} is not a bot")
         return self._bots[key]

@@ -2,8 +2,9 @@
 
 Two ways to write it (docs/games.md, "Opponents"):
 
-- ``game.opponent``: one spec (``random``, ``mcts:50``, ``self``) or a comma list of ``spec[:weight]`` entries,
-  ``random:0.3,mcts:25:0.4,self:0.3`` (an entry without a weight weighs 1; ``mcts:N`` keeps N simulations);
+- ``game.opponent``: one spec (``random``, ``mcts:50``, ``cfr:1000``, ``self``) or a comma list of ``spec[:weight]``
+  entries, ``random:0.3,mcts:25:0.4,self:0.3`` (an entry without a weight weighs 1; ``mcts:N`` keeps N simulations,
+  ``cfr:N`` N CFR+ iterations);
 - ``game.opponents``: a list of mappings ``{spec: "mcts:25", weight: 0.4}`` (weight default 1), which replaces
   ``game.opponent`` when given.
 
@@ -21,7 +22,7 @@ from dataclasses import dataclass
 
 from ..seeding import stable_seed
 from .config import ConfigError
-from .episode import Opponent, parse_opponent
+from .episode import COUNTED_KINDS, Opponent, parse_opponent
 
 ENTRY_KEYS = ("spec", "weight")
 
@@ -81,9 +82,9 @@ def _weight(value: object, where: str, entry: object) -> float:
 
 
 def _entry_from_text(text: str, where: str) -> MixtureEntry:
-    """``random``, ``random:0.3``, ``mcts:25``, ``mcts:25:0.4``, ``self:0.3``."""
+    """``random``, ``random:0.3``, ``mcts:25``, ``mcts:25:0.4``, ``cfr:1000:0.5``, ``self:0.3``."""
     parts = text.split(":")
-    head = 2 if parts[0] == "mcts" else 1
+    head = 2 if parts[0] in COUNTED_KINDS else 1
     spec, rest = ":".join(parts[:head]), parts[head:]
     if len(rest) > 1:
         raise ConfigError(f"{where}: cannot read opponent entry {text!r} (use spec[:weight], e.g. mcts:25:0.4)")
@@ -104,7 +105,7 @@ def _checked(entries: list[MixtureEntry], where: str, value: object) -> Opponent
 def parse_opponent_text(text: object, where: str) -> OpponentMixture:
     """``game.opponent``: one spec (exactly as ``parse_opponent``) or ``spec[:weight]`` entries joined by commas."""
     value = str(text).strip() if text is not None else ""
-    if "," not in value and value.count(":") <= (1 if value.startswith("mcts") else 0):
+    if "," not in value and value.count(":") <= (1 if value.split(":")[0] in COUNTED_KINDS else 0):
         return OpponentMixture((MixtureEntry(parse_opponent(text, where), 1.0, where),))
     parts = [part.strip() for part in value.split(",")]
     if not all(parts):
@@ -125,7 +126,7 @@ def parse_opponent_list(items: object, where: str) -> OpponentMixture:
         if unknown:
             raise ConfigError(f"{at}: unknown key {unknown[0]!r} (known keys: {', '.join(ENTRY_KEYS)})")
         if "spec" not in item:
-            raise ConfigError(f"{at}: missing key 'spec' (random, mcts:N or self)")
+            raise ConfigError(f"{at}: missing key 'spec' (random, mcts:N, cfr:N or self)")
         opponent = parse_opponent(item["spec"], f"{at}.spec")
         entries.append(MixtureEntry(opponent, _weight(item.get("weight", 1.0), f"{at}.weight", item), at))
     return _checked(entries, where, items)

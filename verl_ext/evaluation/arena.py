@@ -1,4 +1,5 @@
-"""Full games against OpenSpiel bots (uniform random, MCTS), seats alternating, many games in lockstep.
+"""Full games against OpenSpiel bots (uniform random, MCTS, CFR in small poker games), seats alternating, many
+games in lockstep.
 
 The games are played by the same game loop as training's full-game mode (``verl_ext/games/match.py``): the
 policy gets the single-move training prompt of each position (``position_prompt``: the player's own view in
@@ -19,6 +20,7 @@ from tqdm import tqdm
 from ..envs import EnvAdapter, make_env
 from ..envs.config import ConfigError
 from ..envs.episode import DEFAULT_MCTS_SIMULATIONS, Opponent, parse_opponent
+from ..envs.cfr_policy import cfr_problem
 from ..envs.openspiel_env import load_game, terminal_rewards_only
 from ..envs.system_prompt import system_prompt_of, with_system_prompt
 from ..games.match import Match, MatchRules, TurnRequest
@@ -39,12 +41,12 @@ TRUNCATED_VALUE = 0.5  # a game stopped by --max-game-moves counts as a draw in 
 
 
 def parse_opponents(text: str | list[str], flag: str = "--opponents") -> list[Opponent]:
-    """``"random,mcts:200"`` -> opponents; the error names the offending entry."""
+    """``"random,mcts:200,cfr"`` -> opponents; the error names the offending entry."""
     parts = text if isinstance(text, list) else str(text).split(",")
     parts = [p.strip() for p in parts if str(p).strip()]
     if not parts:
-        raise ConfigError(f"{flag}: name at least one opponent (random, mcts:N)")
-    opponents = [parse_opponent(part, flag, allowed=("random", "mcts")) for part in parts]
+        raise ConfigError(f"{flag}: name at least one opponent (random, mcts:N, cfr:N)")
+    opponents = [parse_opponent(part, flag, allowed=("random", "mcts", "cfr")) for part in parts]
     labels = [o.label for o in opponents]
     for label in labels:
         if labels.count(label) > 1:
@@ -74,13 +76,16 @@ class ArenaSettings:
         if self.context not in CONTEXTS:
             raise ConfigError(f"--game-context: unknown value {self.context!r} (choose from {', '.join(CONTEXTS)})")
         if any(not o.is_bot for o in self.opponents):
-            raise ConfigError("--opponents: the arena plays against bots (random, mcts:N), not 'self'")
+            raise ConfigError("--opponents: the arena plays against bots (random, mcts:N, cfr:N), not 'self'")
 
 
 def mcts_skip_reason(case: str, opponent: Opponent) -> str | None:
-    """Why ``opponent`` cannot play ``case`` (OpenSpiel's MCTS needs terminal rewards), else None."""
+    """Why ``opponent`` cannot play ``case`` (OpenSpiel's MCTS needs terminal rewards; CFR policies exist for
+    kuhn_poker and leduc_poker only), else None."""
     if opponent.kind == "mcts" and not terminal_rewards_only(case):
         return "per-step rewards: OpenSpiel MCTS needs terminal rewards"
+    if opponent.kind == "cfr":
+        return cfr_problem(case)
     return None
 
 
@@ -117,6 +122,11 @@ class Arena:
         self.adapter = adapter
         self.settings = settings
         self.rules = MatchRules(illegal_retries=settings.illegal_retries, max_moves=settings.max_game_moves)
+        for opponent in settings.opponents:
+            reasons = [mcts_skip_reason(case, opponent) for case in adapter.cases()]
+            if opponent.kind == "cfr" and all(reasons):
+                raise ConfigError(f"--opponents: {opponent.label!r} cannot play any configured case "
+                                  f"({adapter.cases()[0]!r}: {reasons[0]})")
 
     def _new_game(self, case: str, opponent: Opponent, index: int) -> _Game:
         seat = index % load_game(case).num_players()
