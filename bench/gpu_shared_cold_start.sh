@@ -9,6 +9,7 @@
 # array of Hydra overrides for the grpo stage); base.env's settings are the defaults of every run. All models are
 # therefore judged against one cold-start model, on held-out sets that depend only on the case settings
 # (verl_ext/held_out.py). After every run its folder is packed into $OUT/<name>.tgz (no weights).
+# PARALLEL=1 runs the GRPO stages of all runs at once on the one GPU (see below), the other stages in turn.
 # shellcheck source-path=SCRIPTDIR
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -43,20 +44,25 @@ mkdir -p "$ROOT/base"
 cp "$ROOT/base.log" "$ROOT/base/"
 pack base
 
-for spec in "$@"; do
-  name="$(basename "$spec" .env)"
-  dir="$ROOT/$name"
-  if [[ ! -d "$dir" ]]; then
-    mkdir -p "$dir/logs"
-    for item in model data sft_hf signal; do
-      [[ -e "$ROOT/base/$item" ]] && cp -al "$ROOT/base/$item" "$dir/$item"
-    done
-    cp "$ROOT/base"/*.done "$ROOT/base/timings.jsonl" "$dir/" 2>/dev/null || true
-    cp "$ROOT/base"/logs/sft-* "$dir/logs/" 2>/dev/null || true
-    # the run starts from base's SFT model: the sft stage is done (its checkpoints stay in base)
-    mkdir -p "$dir/sft" && cp "$ROOT/base/sft/latest_checkpointed_iteration.txt" "$dir/sft/" 2>/dev/null || true
-  fi
-  status=0
+# ROOT/NAME starts as a copy of base (hard links)
+fork() {
+  local dir="$1" item
+  [[ -d "$dir" ]] && return 0
+  mkdir -p "$dir/logs"
+  for item in model data sft_hf signal; do
+    if [[ -e "$ROOT/base/$item" ]]; then cp -al "$ROOT/base/$item" "$dir/$item"; fi
+  done
+  cp "$ROOT/base"/*.done "$ROOT/base/timings.jsonl" "$dir/" 2>/dev/null || true
+  cp "$ROOT/base"/logs/sft-* "$dir/logs/" 2>/dev/null || true
+  # the run starts from base's SFT model: the sft stage is done (its checkpoints stay in base)
+  mkdir -p "$dir/sft" && cp "$ROOT/base/sft/latest_checkpointed_iteration.txt" "$dir/sft/" 2>/dev/null || true
+}
+
+# Recipe STAGES of run file SPEC in ROOT/NAME, logged to ROOT/NAME/run.log: run_stages SPEC STAGES...
+run_stages() {
+  local spec="$1" name dir
+  shift
+  name="$(basename "$spec" .env)" dir="$ROOT/$(basename "$spec" .env)"
   (
     set -a
     # shellcheck disable=SC1090
@@ -64,10 +70,49 @@ for spec in "$@"; do
     # shellcheck disable=SC1090
     source "$spec"
     set +a
-    RUN_DIR="$dir" bash train/recipes/recipe.sh ${RUN_STAGES:-grpo merge eval plot} \
-      ${GRPO_ARGS[@]+"${GRPO_ARGS[@]}"}
-  ) > "$dir/run.log" 2>&1 || status=$?
-  echo "run $name: exit $status" | tee -a "$dir/run.log"
+    RUN_DIR="$dir" bash train/recipes/recipe.sh "$@" ${GRPO_ARGS[@]+"${GRPO_ARGS[@]}"}
+  ) >> "$dir/run.log" 2>&1
+}
+
+# PARALLEL=1: the runs' GRPO stages share the GPU at once, then merge, eval and plot run one run at a time (an
+# eval's vLLM would not fit beside training). verl 0.9.1 names its weight-sync socket after the Ray job id, and the
+# first job of every fresh Ray cluster is 01000000: run i (from 0) therefore gets its own `ray start` cluster
+# where i throw-away drivers connect first, so its job id is unique on the host (a plain ray.init would join the
+# last cluster `ray start` made, so every run names its own with RAY_ADDRESS). Each run file must then also cap vLLM's
+# memory (GPU_MEMORY_UTILIZATION, +actor_rollout_ref.rollout.engine_kwargs.vllm.kv_cache_memory_bytes: with a
+# fixed KV cache vLLM skips its start-up memory profile, which fails when another process frees memory meanwhile).
+if [[ "${PARALLEL:-0}" == 1 ]]; then
+  pids=() i=0
+  for spec in "$@"; do
+    dir="$ROOT/$(basename "$spec" .env)"
+    fork "$dir"
+    port=$((6390 + i))
+    python3 -m ray.scripts.scripts start --head --port="$port" --num-gpus=1 --num-cpus="$(nproc)" \
+      --object-store-memory=8000000000 --include-dashboard=false --disable-usage-stats > "$dir/ray-start.log" 2>&1
+    for _ in $(seq "$i"); do
+      RAY_ADDRESS="127.0.0.1:$port" python3 -c 'import ray; ray.init(logging_level="ERROR"); ray.shutdown()' \
+        >> "$dir/ray-start.log" 2>&1
+    done
+    RAY_ADDRESS="127.0.0.1:$port" run_stages "$spec" grpo &
+    pids+=($!)
+    i=$((i + 1))
+    sleep "${PARALLEL_STAGGER_S:-20}"
+  done
+  i=0
+  for spec in "$@"; do
+    status=0
+    wait "${pids[$i]}" || status=$?
+    echo "run $(basename "$spec" .env): grpo exit $status" | tee -a "$ROOT/$(basename "$spec" .env)/run.log"
+    i=$((i + 1))
+  done
+fi
+
+for spec in "$@"; do
+  name="$(basename "$spec" .env)"
+  fork "$ROOT/$name"
+  status=0
+  run_stages "$spec" ${RUN_STAGES:-grpo merge eval plot} || status=$?
+  echo "run $name: exit $status" | tee -a "$ROOT/$name/run.log"
   pack "$name"
 done
 echo "all runs ended"
