@@ -182,6 +182,54 @@ class TransformersBackend:
         self.last_token_counts = counts  # tokens each reply of this call generated (verl-ext signal reads them)
         return replies
 
+    def continuation_logprobs(self, chats: Sequence[Messages], continuations: Sequence[str]) -> list[float]:
+        """Summed log-probability of ``continuations[i]`` as the reply to ``chats[i]``, teacher-forced: the reply's
+        tokens (``tokenizer.encode`` without special tokens, as a response is tokenized alone) after the chat
+        template's generation prompt, under the model's raw logits (temperature 1). Batched by length
+        (``batch_size`` rows per forward), left-padded with explicit position ids; only the logits that predict
+        reply tokens are computed (``logits_to_keep``)."""
+        import torch
+
+        if len(chats) != len(continuations):
+            raise ValueError(f"{len(chats)} chats but {len(continuations)} continuations")
+        prompts: dict[tuple[tuple[str, str], ...], list[int]] = {}
+        rows: list[tuple[list[int], list[int]]] = []
+        for chat, text in zip(chats, continuations):
+            key = tuple((m["role"], m["content"]) for m in chat)
+            if key not in prompts:
+                prompts[key] = prompt_ids(self.tokenizer, chat)
+            answer = [int(t) for t in self.tokenizer.encode(text, add_special_tokens=False)]
+            if not answer:
+                raise ValueError(f"continuation {text!r} has no tokens")
+            rows.append((prompts[key], answer))
+        order = sorted(range(len(rows)), key=lambda i: (len(rows[i][0]) + len(rows[i][1]), i))
+        pad = self.tokenizer.pad_token_id
+        scores = [0.0] * len(rows)
+        for start in range(0, len(order), self.settings.batch_size):
+            batch = order[start:start + self.settings.batch_size]
+            seqs = [rows[i][0] + rows[i][1] for i in batch]
+            width = max(len(seq) for seq in seqs)
+            keep = max(len(rows[i][1]) for i in batch) + 1
+            ids = torch.tensor([[pad] * (width - len(seq)) + seq for seq in seqs], device=self.device)
+            mask = torch.tensor([[0] * (width - len(seq)) + [1] * len(seq) for seq in seqs], device=self.device)
+            positions = (mask.cumsum(-1) - 1).clamp(min=0)
+            with torch.no_grad():
+                try:
+                    logits = self.model(input_ids=ids, attention_mask=mask, position_ids=positions,
+                                        logits_to_keep=keep, use_cache=False).logits
+                except TypeError:  # a model without logits_to_keep: all positions, then the tail
+                    logits = self.model(input_ids=ids, attention_mask=mask, position_ids=positions,
+                                        use_cache=False).logits
+                logprobs = logits[:, -keep:].float().log_softmax(-1)
+            for row, i in enumerate(batch):
+                answer = rows[i][1]
+                # logits[-keep + j'] predicts position width - keep + j' + 1; answer token j sits at width - k + j
+                first = keep - len(answer) - 1
+                targets = torch.tensor(answer, device=self.device)
+                picked = logprobs[row, first:first + len(answer)].gather(-1, targets[:, None])
+                scores[i] = float(picked.sum())
+        return scores
+
     def close(self) -> None:
         import torch
 

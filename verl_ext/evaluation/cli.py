@@ -1,4 +1,5 @@
-"""``verl-ext eval``: held-out single-move tasks, full games against OpenSpiel bots, and logic puzzles.
+"""``verl-ext eval``: held-out single-move tasks, full games against OpenSpiel bots, logic puzzles, and the
+exploitability of the model's policy in small poker games.
 
 Example (base vs LoRA-trained, transformers or vLLM backend picked automatically)::
 
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import re
 import sys
 import time
 from pathlib import Path
@@ -22,8 +24,10 @@ from ..envs.config import ConfigError, to_plain
 from ..mixture import EnvMixture, config_dict
 from .backends import BACKENDS, DTYPES, GenerationSettings
 
-SUITES = ("single", "arena", "logic")
-SUITE_KEYS = {"single": "single_move", "arena": "arena", "logic": "logic"}
+SUITES = ("single", "arena", "logic", "exploitability")
+SUITE_KEYS = {"single": "single_move", "arena": "arena", "logic": "logic", "exploitability": "exploitability"}
+# The env of `--suites exploitability` when no env section is given at all.
+EXPLOITABILITY_ENV = {"openspiel": {"cases": ["kuhn_poker", "leduc_poker"]}}
 SCHEMA_VERSION = 1
 
 
@@ -38,10 +42,16 @@ def build_parser() -> argparse.ArgumentParser:
                         "or scripted baselines scripted:first|random|illegal")
     p.add_argument("--adapter", help="LoRA adapter folder for the single --models entry (same as ,adapter=PATH)")
     p.add_argument("--suites", default="auto",
-                   help="comma list of single,arena,logic (auto: single+arena if openspiel is configured, "
-                        "logic if logic is)")
+                   help="comma list of single,arena,logic,exploitability (auto: single+arena if openspiel is "
+                        "configured, logic if logic is; exploitability only when named)")
+    p.add_argument("--cfr-solver", default="cfr+", help="exploitability suite: OpenSpiel's cfr+ or cfr solver for "
+                                                        "the reference policy")
+    p.add_argument("--cfr-iterations", type=int, default=1000,
+                   help="exploitability suite: solver iterations (solved once, cached in $VERL_EXT_CACHE/cfr)")
     p.add_argument("--games-per-case", type=int, default=20, help="games per case and opponent (seats alternate)")
-    p.add_argument("--opponents", default="random,mcts:200", help="comma list of random, mcts:N (N simulations)")
+    p.add_argument("--opponents", default="random,mcts:200",
+                   help="comma list of random, mcts:N (N simulations), cfr:N (CFR+ policy after N iterations; "
+                        "kuhn_poker and leduc_poker only)")
     p.add_argument("--illegal-retries", type=int, default=0,
                    help="extra tries after an illegal/unparseable move before it forfeits (default 0: forfeit)")
     p.add_argument("--max-game-moves", type=int, default=0,
@@ -147,14 +157,15 @@ def resolve_suites(text: str, mixture: EnvMixture) -> list[str]:
         return suites + (["logic"] if "logic" in mixture.adapters else [])
     suites = [s.strip() for s in text.split(",") if s.strip()]
     if not suites:
-        raise ConfigError("--suites: name at least one of single, arena, logic")
+        raise ConfigError("--suites: name at least one of single, arena, logic, exploitability")
     for suite in suites:
         if suite not in SUITES:
             raise ConfigError(f"--suites: unknown suite {suite!r} (choose from {', '.join(SUITES)}, or auto)")
         env = "logic" if suite == "logic" else "openspiel"
         if env not in mixture.adapters:
+            example = {"logic": "logic.cases=[mini_sudoku]", "exploitability": "'openspiel.cases=[kuhn_poker]'"}
             raise ConfigError(f"--suites: {suite!r} needs the {env!r} env; configure it (e.g. --set "
-                              f"{'logic.cases=[mini_sudoku]' if env == 'logic' else 'openspiel.game_types=[hex]'})")
+                              f"{example.get(suite, 'openspiel.game_types=[hex]')})")
     return [s for s in SUITES if s in suites]
 
 
@@ -171,6 +182,7 @@ def single_move_section(env_section: dict[str, Any]) -> dict[str, Any]:
 def run(argv: list[str] | None = None) -> int:
     """Parse, evaluate every model, write the outputs. Raises ConfigError on bad input."""
     from .arena import Arena, ArenaSettings, legal_adapter, parse_opponents
+    from .exploitability import build_references, reference_results, supported_cases
     from .logic import evaluate_logic
     from .policies import make_policy, parse_model_specs
     from .report import markdown, write_all
@@ -196,6 +208,8 @@ def run(argv: list[str] | None = None) -> int:
         vllm_gpu_memory_utilization=args.vllm_gpu_memory_utilization, vllm_max_model_len=args.vllm_max_model_len,
         vllm_tensor_parallel_size=args.vllm_tensor_parallel_size, vllm_max_lora_rank=args.vllm_max_lora_rank)
     generation.validate()
+    if not env_section and args.suites.replace(" ", "") == "exploitability":
+        env_section = EXPLOITABILITY_ENV
     mixture = EnvMixture(single_move_section(env_section), where="env")
     suites = resolve_suites(args.suites, mixture)
     arena = None
@@ -207,6 +221,25 @@ def run(argv: list[str] | None = None) -> int:
         arena = Arena(legal_adapter(mixture), arena_settings)
     engine, engine_skipped = engine_adapter(mixture) if "single" in suites else (None, {})
     progress = not args.no_progress
+    references: dict[str, Any] = {}
+    poker_skipped: dict[str, str] = {}
+    if "exploitability" in suites:
+        from ..envs.cfr_policy import check_solver
+
+        try:
+            check_solver(args.cfr_solver, args.cfr_iterations, "--cfr-solver/--cfr-iterations")
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
+        poker_cases, poker_skipped = supported_cases(mixture.adapters["openspiel"])
+        if not poker_cases:
+            raise ConfigError(f"--suites exploitability: none of the openspiel cases {list(poker_skipped)} is "
+                              "two-player kuhn_poker or leduc_poker (e.g. --set 'openspiel.cases=[kuhn_poker,"
+                              "leduc_poker]')")
+        started = time.perf_counter()
+        references = build_references(mixture.adapters["openspiel"], poker_cases, args.cfr_solver,
+                                      args.cfr_iterations)
+        print(f"verl-ext eval: exploitability references ({', '.join(poker_cases)}) in "
+              f"{time.perf_counter() - started:.1f} s", file=sys.stderr)
 
     results: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
@@ -229,9 +262,14 @@ def run(argv: list[str] | None = None) -> int:
         "val_tasks_per_case": mixture.val_tasks_per_case,
         "models": {},
     }
+    if references:
+        results["exploitability_reference"] = reference_results(references, poker_skipped, args.cfr_solver,
+                                                                args.cfr_iterations)
+    # Teacher-forced scoring runs on the transformers backend: load that one when nothing else needs generation.
+    backend_kind = "transformers" if suites == ["exploitability"] else args.backend
     for spec in specs:
         started = time.perf_counter()
-        policy = make_policy(spec, args.backend, generation)
+        policy = make_policy(spec, backend_kind, generation)
         backend = getattr(getattr(policy, "backend", None), "name", "scripted")
         model: dict[str, Any] = {"spec": spec.describe(), "backend": backend}
         try:
@@ -242,14 +280,40 @@ def run(argv: list[str] | None = None) -> int:
                 model["arena"] = arena.play(policy, progress)
             if "logic" in suites:
                 model["logic"] = evaluate_logic(policy, mixture, args.seed, args.confidence, progress)
+            if references and (spec.scripted or backend == "transformers"):
+                model["exploitability"] = _exploitability(policy, references, Path(args.out))
         finally:
             policy.close()
+        if references and "exploitability" not in model:  # generated with vLLM: score with transformers after it
+            from .backends import TransformersBackend
+            from .policies import ModelPolicy
+
+            scorer = TransformersBackend(spec.path, spec.adapter, generation, spec.trust_remote_code)
+            try:
+                model["exploitability"] = _exploitability(ModelPolicy(spec.name, scorer), references, Path(args.out))
+            finally:
+                scorer.close()
         results["models"][spec.name] = model
         paths = write_all(results, Path(args.out))  # after every model: a later failure keeps earlier results
         print(f"verl-ext eval: {spec.name} done in {time.perf_counter() - started:.1f} s", file=sys.stderr)
     print(markdown(results))
     print("wrote " + ", ".join(str(p) for p in paths.values()))
     return 0
+
+
+def _exploitability(policy: Any, references: dict[str, Any], out: Path) -> dict[str, Any]:
+    """The exploitability suite for one policy; its full tabular policies go to ``out/exploitability/``."""
+    import json
+
+    from .exploitability import evaluate_exploitability
+    from .report import _atomic_write
+
+    summary, tables = evaluate_exploitability(policy, references)
+    for case, table in tables.items():
+        name = f"exploitability/{policy.name}.{re.sub(r'[^A-Za-z0-9_.-]+', '_', case).strip('_')}.json"
+        _atomic_write(out / name, (json.dumps(table, indent=1, sort_keys=True) + "\n").encode())
+        summary["cases"][case]["policy_file"] = name
+    return summary
 
 
 def main(argv: list[str] | None = None) -> int:

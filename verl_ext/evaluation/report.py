@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any
 
 SUITE_TITLES = {"single_move": "Held-out single-move tasks", "arena": "Full games against OpenSpiel bots",
-                "logic": "Held-out logic puzzles (reasoning-gym)"}
+                "logic": "Held-out logic puzzles (reasoning-gym)",
+                "exploitability": "Exploitability in small poker games (OpenSpiel)"}
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
@@ -47,6 +48,45 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
     out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     out += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows]
     return out
+
+
+def _sig(value: float | None) -> str:
+    """Four significant digits (exploitability spans 1e-5 to 5 chips)."""
+    return "-" if value is None else f"{value:.4g}"
+
+
+def _exploitability_lines(results: dict[str, Any]) -> list[str]:
+    """One row per poker case: the references, then each model's exploitability and exact values."""
+    reference = results.get("exploitability_reference")
+    if not reference:
+        return []
+    names = _models_with(results, "exploitability")
+    cfr = f"{reference['cfr_solver'].upper()} x{reference['cfr_iterations']}"
+    lines = [f"## {SUITE_TITLES['exploitability']}", "",
+             "Exploitability = NashConv / 2: what a best response wins against the policy, averaged over the two "
+             "seats (chips per hand; 0 at a Nash equilibrium). A model's policy at each information state is the "
+             "softmax over the legal moves of log P(<answer>MOVE</answer> | prompt), teacher-forced. "
+             "vs random / vs CFR = the model's exact expected chips per hand against that policy, seats averaged.",
+             ""]
+    header = ["case", "info states", "uniform random", cfr]
+    header += [f"{m}: {k}" for m in names for k in ("exploitability", "vs random", "vs CFR")]
+    rows = []
+    for case, ref in reference["cases"].items():
+        row = [case, str(ref["info_states"]), _sig(ref["uniform_random"]["exploitability"]),
+               _sig(ref["cfr"]["exploitability"])]
+        for m in names:
+            r = results["models"][m]["exploitability"]
+            c = r.get("cases", {}).get(case)
+            row += ["-", "-", "-"] if c is None else [_sig(c["exploitability"]), f"{c['value_vs_uniform_random']:+.3f}",
+                                                      f"{c['value_vs_cfr']:+.3f}"]
+        rows.append(row)
+    lines += _table(header, rows)
+    for m in names:
+        if results["models"][m]["exploitability"].get("skipped"):
+            lines.append(f"\n{m}: {results['models'][m]['exploitability']['skipped']}.")
+    for case, reason in reference.get("skipped", {}).items():
+        lines.append(f"\nSkipped {case}: {reason}.")
+    return lines + [""]
 
 
 def _models_with(results: dict[str, Any], suite: str) -> list[str]:
@@ -113,6 +153,7 @@ def markdown(results: dict[str, Any]) -> str:
                 row += [_rate_ci(r["accuracy"]), _pct(r["format"]["rate"])]
             rows.append(row)
         lines += _table(header, rows) + [""]
+    lines += _exploitability_lines(results)
     return "\n".join(lines)
 
 
@@ -121,22 +162,23 @@ def _short(case: str, limit: int = 28) -> str:
 
 
 def plot(results: dict[str, Any], path: Path) -> None:
-    """Grouped bars per panel (single-move legal rate and engine score, arena win rate, logic accuracy),
-    one colour per model, Wilson intervals as error bars."""
+    """Grouped bars per panel (single-move legal rate and engine score, arena win rate, logic accuracy; poker
+    exploitability on a log scale beside its references), one colour per model, Wilson intervals as error bars."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import numpy as np
 
-    panels: list[tuple[str, list[str], dict[str, list[tuple[float, float, float]]]]] = []
+    # (title, x labels, {series: [(height, error below, error above)]}, log scale)
+    panels: list[tuple[str, list[str], dict[str, list[tuple[float, float, float]]], bool]] = []
 
     def collect(suite: str, title: str, items: list[tuple[str, Any]]) -> None:
         names = _models_with(results, suite)
         if not names or not items:
             return
         values = {m: [getter(results["models"][m][suite]) for _, getter in items] for m in names}
-        panels.append((title, [label for label, _ in items], values))
+        panels.append((title, [label for label, _ in items], values, False))
 
     def prop(getter: Any) -> Any:
         def get(suite_result: dict[str, Any]) -> tuple[float, float, float]:
@@ -164,12 +206,27 @@ def plot(results: dict[str, Any], path: Path) -> None:
     if first:
         collect("logic", "logic: accuracy",
                 [(_short(c), prop(lambda r, c=c: r["cases"][c]["accuracy"])) for c in first["logic"]["cases"]])
+    reference = results.get("exploitability_reference")
+    if reference and reference["cases"]:
+        cases = list(reference["cases"])
+        floor = 1e-6  # a log scale cannot show 0
+
+        def bars(get: Any) -> list[tuple[float, float, float]]:
+            return [(max(floor, get(c)) if get(c) is not None else floor, 0.0, 0.0) for c in cases]
+
+        series = {"uniform random": bars(lambda c: reference["cases"][c]["uniform_random"]["exploitability"]),
+                  f"{reference['cfr_solver'].upper()} x{reference['cfr_iterations']}":
+                      bars(lambda c: reference["cases"][c]["cfr"]["exploitability"])}
+        for m in _models_with(results, "exploitability"):
+            r = results["models"][m]["exploitability"].get("cases", {})
+            series[m] = bars(lambda c, r=r: r[c]["exploitability"] if c in r else None)
+        panels.append(("exploitability (chips per hand, lower is better)", [_short(c) for c in cases], series, True))
 
     if not panels:
-        panels.append(("no results", [], {}))
+        panels.append(("no results", [], {}, False))
     fig, axes = plt.subplots(len(panels), 1, figsize=(max(8.0, 1.2 * max(len(p[1]) for p in panels) + 3),
                                                       3.6 * len(panels)), squeeze=False)
-    for ax, (title, labels, values) in zip(axes[:, 0], panels):
+    for ax, (title, labels, values, log_scale) in zip(axes[:, 0], panels):
         ax.set_title(title)
         if not labels:
             ax.text(0.5, 0.5, "no results", ha="center", va="center")
@@ -182,7 +239,10 @@ def plot(results: dict[str, Any], path: Path) -> None:
             ax.bar(x + (k - (len(values) - 1) / 2) * width, heights, width, label=model,
                    yerr=errors if errors.any() else None, capsize=3)
         ax.set_xticks(x, labels, rotation=30, ha="right", fontsize=8)
-        ax.set_ylim(0, 1.05)
+        if log_scale:
+            ax.set_yscale("log")
+        else:
+            ax.set_ylim(0, 1.05)
         ax.grid(axis="y", alpha=0.3)
         ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     fig.tight_layout()
