@@ -212,7 +212,10 @@ def _load_or_solve(case: str, solver: str, iterations: int, path: Path) -> CFRPo
             logger.warning("CFR cache %s does not match %s %s x%d (%s); solving again", path, case, solver,
                            iterations, err)
     started = time.perf_counter()
-    tabular = solve(case, solver, iterations)
+    solved = solve(case, solver, iterations)
+    # the table exactly as a later read of the file gives it (renormalised rows), so that a process that solved and
+    # one that read the cache play and measure the same numbers to the last bit
+    tabular = table_to_policy(pyspiel.load_game(case), policy_table(solved))
     logger.info("solved %s with %s x%d in %.1f s", case, solver, iterations, time.perf_counter() - started)
     try:
         write_cache(path, case, solver, iterations, tabular)
