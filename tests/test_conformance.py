@@ -1,16 +1,21 @@
 """Every registered adapter and every default case passes the one conformance check."""
 
+import pyspiel
 import pytest
 
 from verl_ext.envs import env_names, make_env
-from verl_ext.envs.conformance import ConformanceError, check_adapter
+from verl_ext.envs.card_games import NAMED_CASES, SMALL_HANABI
+from verl_ext.envs.conformance import ConformanceError, check_adapter, check_private_view
 from verl_ext.envs.logic_env import DEFAULT_CASES as LOGIC_CASES
 from verl_ext.envs.openspiel_env import DEFAULT_CASES as GAME_CASES
+from verl_ext.envs.openspiel_env import OpenSpielAdapter
 
 MCTS_FREE = {"hanabi(players=2)"}  # per-step rewards: OpenSpiel MCTS refuses it (engine mode is rejected)
 CASES = [("openspiel", c, mode) for c in GAME_CASES for mode in ("legal", "outcome", "engine")
          if not (mode == "engine" and c in MCTS_FREE)]
 CASES += [("logic", c, None) for c in LOGIC_CASES]
+HIDDEN = [c for c in list(GAME_CASES) + [c for c in NAMED_CASES.values() if c not in GAME_CASES]
+          if pyspiel.load_game(c).get_type().information != pyspiel.GameType.Information.PERFECT_INFORMATION]
 
 
 def test_every_registered_env_is_covered():
@@ -51,3 +56,23 @@ class _BrokenAdapter:
 def test_checker_catches_a_loophole():
     with pytest.raises(ConformanceError, match="hostile output"):
         check_adapter(_BrokenAdapter(), tasks_per_case=1)
+
+
+@pytest.mark.parametrize("case", HIDDEN, ids=[c[:24] for c in HIDDEN])
+def test_prompts_show_only_what_the_player_to_move_can_see(case):
+    """Poker and Hanabi: states that differ only in cards the player to move cannot see give it the same prompt."""
+    assert check_private_view(make_env("openspiel", {"cases": [case]}), case) > 0
+
+
+class _LeakyAdapter(OpenSpielAdapter):
+    """Shows the whole state (every hand) in its prompts: the private-view check must catch it."""
+
+    def position_prompt(self, case, state, compact=False):
+        return super().position_prompt(case, state, compact) + "\n" + str(state)
+
+
+@pytest.mark.parametrize("case", ["kuhn_poker", SMALL_HANABI])
+def test_private_view_check_catches_a_prompt_showing_hidden_cards(case):
+    leaky = _LeakyAdapter(make_env("openspiel", {"cases": [case]}).config)
+    with pytest.raises(ConformanceError, match="prompt differs"):
+        check_private_view(leaky, case)

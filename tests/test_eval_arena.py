@@ -7,6 +7,7 @@ import json
 import pytest
 
 from verl_ext.envs import ConfigError
+from verl_ext.envs.card_games import RANK_NAMES
 from verl_ext.envs.openspiel_env import load_game
 from verl_ext.evaluation.arena import Arena, ArenaSettings, Opponent, legal_adapter, parse_opponents
 from verl_ext.evaluation.policies import MoveRequest, RecordingPolicy, ScriptedPolicy
@@ -188,7 +189,7 @@ def test_prompts_are_the_training_prompts_and_hide_private_information():
         if task.case == "leduc_poker":
             player = state.current_player()
             prompt = adapter.position_prompt(task.case, state)
-            assert state.information_state_string(player).rstrip() in prompt
+            assert f"Your card: {RANK_NAMES[state.private_card(player) // 2]}." in prompt  # its own card, in words
             assert str(state).rstrip() not in prompt  # the full state shows both private cards
 
 

@@ -30,6 +30,7 @@ from verl.utils.dataset.rl_dataset import collate_fn
 from verl.workers.rollout.replica import TokenOutput
 
 from verl_ext.dataset import DynamicEnvDataset
+from verl_ext.envs.card_games import RANK_NAMES
 from verl_ext.envs.openspiel_env import OpenSpielAdapter, load_game
 from verl_ext.games import AGENT_LOOP_CONFIG, GAME_AGENT_NAME, RECORD_FIELD
 from verl_ext.games.agent_loop import GameAgentLoop, game_setup
@@ -455,9 +456,10 @@ def test_the_same_seed_replays_the_same_game(game_tokenizer, episodes):
     # leduc: the learner's prompts show its own card, never the opponent's
     episode, seat = episodes[-1], runs[2][1].seat
     text = game_tokenizer.decode(runs[2][0].prompt_ids + runs[2][0].response_ids)
-    own, other = (re.search(r"\[Private: \d+\]", episode.state.information_state_string(p)).group(0)
-                  for p in (seat, 1 - seat))
-    assert own in text and other not in text
+    own, other = (RANK_NAMES[episode.state.private_card(p) // 2] for p in (seat, 1 - seat))  # Leduc: 2 suits
+    assert set(re.findall(r"Your card: (\w+)\.", text)) == {own}
+    if other != own:  # the opponent's card is never named as a private card
+        assert f"Your card: {other}." not in text
 
 
 HOSTILE = {

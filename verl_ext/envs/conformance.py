@@ -204,3 +204,77 @@ def _play_episode(adapter: EpisodeEnv, case: str, seed: int, seat: int, max_move
     if any(utility.normalise(r) != episode.normalised_return(p) for p, r in enumerate(returns)):
         raise _fail(None, "episode returns", f"{case}: utility_range {utility} normalises {returns} unlike the episode")
     return tuple(prompts), tuple(returns), episode.is_over()
+
+
+def check_private_view(adapter: object, case: str, seeds: tuple[int, ...] = (0, 1, 2, 3), max_moves: int = 200) -> int:
+    """Raise ``ConformanceError`` unless, in the imperfect-information OpenSpiel game ``case``, the prompt of the
+    player to move (``adapter.position_prompt``) depends only on what that player can see.
+
+    For every seed and player ``v`` a game is played at random, then replayed with the same moves and, at each
+    chance node, another outcome wherever ``v``'s own view after it (OpenSpiel's information-state string, else
+    its observation string) stays the same: a card dealt to someone else, a card ``v`` draws blind. While ``v``'s
+    view of the two games agrees, ``v``'s prompts must be equal; returns how many such pairs of different states
+    were compared (0 for a case where no hidden outcome exists is an error: the check would prove nothing).
+    """
+    import pyspiel
+
+    game = pyspiel.load_game(case)
+    if game.get_type().information == pyspiel.GameType.Information.PERFECT_INFORMATION:
+        raise _fail(None, "private view", f"{case}: a perfect-information game has nothing hidden")
+    use_info = game.get_type().provides_information_state_string
+
+    def view(state: pyspiel.State, player: int) -> str:
+        return state.information_state_string(player) if use_info else state.observation_string(player)
+
+    compared = 0
+    for seed in seeds:
+        rng = random.Random(seed)
+        played, state = [], game.new_initial_state()
+        while not state.is_terminal() and len(played) < max_moves:
+            if state.is_chance_node():
+                outcomes, weights = zip(*state.chance_outcomes())
+                action = rng.choices(outcomes, weights=weights, k=1)[0]
+            else:
+                action = rng.choice(state.legal_actions())
+            played.append(action)
+            state.apply_action(action)
+        for viewer in range(game.num_players()):
+            compared += _compare_private_views(adapter, case, game, played, viewer, view, random.Random(seed))
+    if compared == 0:
+        raise _fail(None, "private view", f"{case}: no two states differing only in hidden outcomes were found")
+    return compared
+
+
+def _compare_private_views(adapter: object, case: str, game: object, played: list[int], viewer: int,
+                           view: object, rng: random.Random) -> int:
+    """Replay ``played`` with other hidden chance outcomes for ``viewer``; compare its prompts while its view agrees."""
+    first, second = game.new_initial_state(), game.new_initial_state()  # type: ignore[attr-defined]
+    compared = 0
+    for action in played:
+        if first.is_chance_node():
+            first.apply_action(action)
+            target = view(first, viewer)  # type: ignore[operator]
+            available = [a for a, _ in second.chance_outcomes()]
+            others = [a for a in available if a != action]
+            rng.shuffle(others)  # another outcome first; the game's own (if still possible) last
+            for other in others + [a for a in available if a == action]:
+                trial = second.child(other)
+                if view(trial, viewer) == target:  # type: ignore[operator]
+                    second = trial
+                    break
+            else:
+                return compared  # no outcome keeps the viewer's view: the games part here
+            continue
+        if second.is_chance_node() or action not in second.legal_actions():
+            return compared
+        if view(first, viewer) != view(second, viewer):  # type: ignore[operator]
+            return compared
+        if first.current_player() == viewer and first.history() != second.history():
+            prompts = [adapter.position_prompt(case, s) for s in (first, second)]  # type: ignore[attr-defined]
+            if prompts[0] != prompts[1]:
+                raise _fail(None, "private view", f"{case}: player {viewer}'s prompt differs between histories "
+                            f"{first.history()} and {second.history()} although its view is the same")
+            compared += 1
+        first.apply_action(action)
+        second.apply_action(action)
+    return compared

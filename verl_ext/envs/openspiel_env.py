@@ -19,6 +19,7 @@ from ..seeding import stable_seed
 from .answer import ParsedAnswer, parse_answer
 from .base import ScoreResult, Task
 from .caching import OnceLRU
+from .card_games import card_game_notes, card_game_view
 from .config import ConfigError, from_mapping
 from .episode import MoveCheck, Opponent, UtilityRange
 from .game_settings import GameSettings
@@ -338,7 +339,9 @@ class OpenSpielAdapter:
         return state
 
     def _view(self, game: pyspiel.Game, state: pyspiel.State, player: int) -> str:
-        """What ``player`` may see: the full board for perfect information, else the player's own view."""
+        """What ``player`` may see: the full board for perfect information, else the player's own view (poker:
+        its cards, the betting and the pot in words; Hanabi: the last moves, then OpenSpiel's observation text;
+        ``card_games.py``)."""
         game_type = game.get_type()
         if game_type.information == pyspiel.GameType.Information.PERFECT_INFORMATION:
             return str(state)
@@ -346,13 +349,16 @@ class OpenSpielAdapter:
         use_info_state = game_type.provides_information_state_string and (
             mode == "information_state" or (mode == "auto"))
         if mode == "observation" or not use_info_state:
-            return state.observation_string(player)
-        return state.information_state_string(player)
+            raw = state.observation_string(player)
+        else:
+            raw = state.information_state_string(player)
+        return card_game_view(game, state, player, raw)
 
     def position_prompt(self, case: str, state: pyspiel.State, compact: bool = False) -> str:
         """The prompt for the player to move at decision node ``state`` of ``case``: its own view of the game
         (the full board for perfect information) and its legal moves. Training tasks and games use it;
-        ``compact`` drops the closing instructions (for later turns of a game, where they were shown once)."""
+        ``compact`` drops the closing notes and instructions (for later turns of a game, where they were shown
+        once)."""
         game = load_game(case)
         player = state.current_player()
         moves = [state.action_to_string(player, a) for a in state.legal_actions(player)]
@@ -366,6 +372,9 @@ class OpenSpielAdapter:
             "",
             "Legal moves (write yours exactly as listed): " + ", ".join(moves),
         ]
+        notes = card_game_notes(game)
+        if notes and not compact:
+            lines += ["", notes]
         if not compact:
             lines += ["", "Choose the best move for you. Think briefly if you like, then end your reply with exactly "
                       "one move in the form <answer>MOVE</answer>, where MOVE is one of the legal moves above."]

@@ -1,0 +1,133 @@
+"""Poker and Hanabi prompts in words from the acting player's own view (never another player's cards)."""
+
+from __future__ import annotations
+
+import pyspiel
+import pytest
+
+from verl_ext.envs import make_env
+from verl_ext.envs.card_games import SMALL_HANABI, SMALL_HOLDEM
+
+CARD_CASES = ["kuhn_poker", "leduc_poker", SMALL_HOLDEM, SMALL_HANABI]
+
+
+def _state(case: str, actions: list[int]) -> pyspiel.State:
+    state = pyspiel.load_game(case).new_initial_state()
+    for action in actions:
+        state.apply_action(action)
+    return state
+
+
+def _prompt(case: str, actions: list[int], **settings) -> str:
+    adapter = make_env("openspiel", {"cases": [case], **settings})
+    return adapter.position_prompt(case, _state(case, actions))
+
+
+# ------------------------------------------------------------------------------------------ prompts
+def test_kuhn_prompts_name_the_card_and_the_betting_in_words():
+    # deal: player 0 the King (2), player 1 the Queen (1); player 0 passes (0)
+    prompt = _prompt("kuhn_poker", [2, 1, 0])
+    assert prompt.startswith("You are playing Kuhn Poker (kuhn_poker()) as player 1 of 2. It is your turn (move 3).\n"
+                             "Your view of the game:\n"
+                             "Your card: Queen.\n"
+                             "Betting so far: player 0 checked (Pass).\n"
+                             "Pot: 2 chips (player 0 put in 1, you put in 1).\n\n"
+                             "Legal moves (write yours exactly as listed): Pass, Bet\n")
+    # then player 1 bets (1): player 0 sees its King, its own check and the bet
+    prompt = _prompt("kuhn_poker", [2, 1, 0, 1])
+    assert ("Your card: King.\nBetting so far: you checked (Pass); player 1 bet 1 chip (Bet).\n"
+            "Pot: 3 chips (you put in 1, player 1 put in 2).") in prompt
+    assert "Queen" not in prompt and "2pb" not in prompt  # neither the opponent's card nor OpenSpiel's raw text
+
+
+def test_leduc_and_holdem_prompts_show_rounds_public_cards_and_raises():
+    # Leduc: player 0 King (4), player 1 Queen (2); check, raise, re-raise, call; public Jack (0); check
+    prompt = _prompt("leduc_poker", [4, 2, 1, 2, 2, 1, 0, 1])
+    assert ("Your card: Queen.\nPublic card: Jack.\n"
+            "Round 1 betting: player 0 checked (Call); you bet 2 chips (Raise); player 0 raised to 5 chips (Raise); "
+            "you called 2 chips (Call).\n"
+            "Round 2 betting: player 0 checked (Call).\n"
+            "Pot: 10 chips (player 0 put in 5, you put in 5).") in prompt
+    assert "King" not in prompt
+    # hold'em: player 0 gets 4d 2d, player 1 3c 3d; player 0 (small blind) raises; player 1 calls; board 2c
+    game = pyspiel.load_game(SMALL_HOLDEM)
+    state = game.new_initial_state()
+    for card in ("4d", "2d", "3c", "3d"):
+        state.apply_action(next(a for a in state.legal_actions() if state.action_to_string(a).endswith(card)))
+    state.apply_action(2)  # player=0 move=Bet
+    state.apply_action(1)  # player=1 move=Call
+    state.apply_action(next(a for a in state.legal_actions() if state.action_to_string(a).endswith("2c")))
+    prompt = make_env("openspiel", {"cases": [SMALL_HOLDEM]}).position_prompt(SMALL_HOLDEM, state)
+    assert ("Your cards: 3 of diamonds, 3 of clubs.\nBoard: 2 of clubs.\n"
+            "Round 1 betting: player 0 raised to 4 chips (player=0 move=Bet); "
+            "you called 2 chips (player=1 move=Call).\n"
+            "Round 2 betting: none yet.\nPot: 8 chips (player 0 put in 4, you put in 4).") in prompt
+    assert "diamonds, 2" not in prompt and "4 of diamonds" not in prompt
+
+
+@pytest.mark.parametrize("case, first, second, viewer_actions", [
+    # Kuhn: player 0 holds the King; player 1 the Jack or the Queen
+    ("kuhn_poker", [2, 0], [2, 1], [0]),
+    # Leduc: player 0 holds a King, player 1 a Queen or a Jack; a raise, a call and the public King, or a check
+    # and a raise; player 0 to move
+    ("leduc_poker", [4, 2, 2, 1, 5], [4, 0, 2, 1, 5], [1]),
+    ("leduc_poker", [4, 2, 1, 2], [4, 1, 1, 2], []),
+])
+def test_states_differing_only_in_the_opponents_card_give_the_same_prompt(case, first, second, viewer_actions):
+    a, b = _state(case, first), _state(case, second)
+    player = a.current_player()
+    assert a.history() != b.history() and player == b.current_player()
+    assert a.information_state_string(player) == b.information_state_string(player)
+    adapter = make_env("openspiel", {"cases": [case]})
+    assert adapter.position_prompt(case, a) == adapter.position_prompt(case, b)
+    for action in viewer_actions:  # and after the player's next move (the opponent to act: its prompts differ)
+        a.apply_action(action), b.apply_action(action)
+        assert adapter.position_prompt(case, a) != adapter.position_prompt(case, b)
+
+
+def test_holdem_and_hanabi_prompts_ignore_cards_the_player_cannot_see():
+    adapter = make_env("openspiel", {"cases": [SMALL_HOLDEM, SMALL_HANABI]})
+    game = pyspiel.load_game(SMALL_HOLDEM)
+    prompts = set()
+    for opponent_cards in (("3c", "3d"), ("4c", "3d"), ("2c", "4c")):  # player 1's hole cards
+        state = game.new_initial_state()
+        for card in ("4d", "2d", *opponent_cards):
+            state.apply_action(next(a for a in state.legal_actions() if state.action_to_string(a).endswith(card)))
+        assert state.current_player() == 0
+        prompts.add(adapter.position_prompt(SMALL_HOLDEM, state))
+    assert len(prompts) == 1 and "4 of diamonds, 2 of diamonds" in prompts.pop()
+    # Hanabi: player 0 to move never sees its own two cards; player 1's hand stays the same
+    game = pyspiel.load_game(SMALL_HANABI)
+    prompts = set()
+    for own in (("R1", "R1"), ("Y2", "R3"), ("Y1", "Y3")):
+        state = game.new_initial_state()
+        for card in (*own, "R2", "Y1"):  # player 0's two cards are dealt first, then player 1's
+            state.apply_action(next(a for a in state.legal_actions() if state.action_to_string(a) == f"(Deal {card})"))
+        assert state.current_player() == 0
+        prompts.add(adapter.position_prompt(SMALL_HANABI, state))
+    assert len(prompts) == 1
+
+
+def test_hanabi_prompts_show_the_last_moves_and_the_legend_once():
+    adapter = make_env("openspiel", {"cases": [SMALL_HANABI], "task_mode": "game"})
+    episode = adapter.start_episode(SMALL_HANABI, 3, 0)
+    assert "Last moves: none yet." in episode.prompt()
+    first = episode.legal_moves()[0]
+    episode.play(first)
+    partner = episode.play_random()
+    prompt = episode.prompt()
+    assert f"Last moves: you: {first}; player 1: {partner}." in prompt
+    assert "Hanabi is cooperative" in prompt and "at most 6 here" in prompt and "Info tokens:" in prompt
+    compact = episode.prompt(compact=True)
+    assert "Hanabi is cooperative" not in compact and "<answer>" not in compact and f"you: {first}" in compact
+
+
+def test_every_listed_move_is_accepted_by_the_parser():
+    for case in CARD_CASES:
+        adapter = make_env("openspiel", {"cases": [case]})
+        for seed in range(5):
+            task = adapter.make_task(case, seed, seed)
+            listed = task.messages[0]["content"].split("Legal moves (write yours exactly as listed): ")[1]
+            assert listed.split("\n")[0] == ", ".join(task.legal_moves)
+            for move in task.legal_moves:
+                assert adapter.score(case, task.state, f"<answer>{move}</answer>").valid
