@@ -1,14 +1,39 @@
-"""Poker and Hanabi prompts in words from the acting player's own view (never another player's cards)."""
+"""Poker and Hanabi as training episodes (issue 47 items 1 and 4, CPU part): prompts in words from the acting
+player's own view (never another player's cards), the named small cases, whole hands played and rewarded by
+OpenSpiel's returns."""
 
 from __future__ import annotations
+
+import itertools
+import random
+from pathlib import Path
 
 import pyspiel
 import pytest
 
-from verl_ext.envs import make_env
-from verl_ext.envs.card_games import SMALL_HANABI, SMALL_HOLDEM
+from verl_ext.envs import ConfigError, make_env
+from verl_ext.envs import cfr_policy as cfr
+from verl_ext.envs.card_games import NAMED_CASES, SMALL_HANABI, SMALL_HOLDEM
+from verl_ext.envs.conformance import hostile_responses
+from verl_ext.envs.base import Task
+from verl_ext.envs.episode import Opponent
+from verl_ext.games import RECORD_FIELD
+from verl_ext.games.match import Match, MatchRules
+from verl_ext.games.record_check import trusted_record
+from verl_ext.mixture import EnvMixture
+from verl_ext.reward import compute_score
 
 CARD_CASES = ["kuhn_poker", "leduc_poker", SMALL_HOLDEM, SMALL_HANABI]
+POKER = CARD_CASES[:3]
+
+
+@pytest.fixture
+def cfr_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """A private CFR cache and an empty in-process memory (the reference solves are short ones)."""
+    monkeypatch.setenv("VERL_EXT_CACHE", str(tmp_path / "cache"))
+    cfr.forget_memory()
+    yield tmp_path / "cache" / "cfr"
+    cfr.forget_memory()
 
 
 def _state(case: str, actions: list[int]) -> pyspiel.State:
@@ -131,3 +156,96 @@ def test_every_listed_move_is_accepted_by_the_parser():
             assert listed.split("\n")[0] == ", ".join(task.legal_moves)
             for move in task.legal_moves:
                 assert adapter.score(case, task.state, f"<answer>{move}</answer>").valid
+
+
+# ------------------------------------------------------------------------------------------ cases
+def test_game_types_name_the_small_cases(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("GAME_TYPES", "kuhn_poker,leduc_poker,holdem_small,hanabi_small")
+    assert make_env("openspiel", {"task_mode": "game"}).cases() == ["leduc_poker", "kuhn_poker", SMALL_HOLDEM,
+                                                                     SMALL_HANABI]
+    monkeypatch.delenv("GAME_TYPES")
+    assert len(make_env("openspiel", {}).cases()) == 13  # named cases join only when named
+    assert make_env("openspiel", {"game_types": ["universal_poker"]}).cases()[0].startswith(
+        "universal_poker(betting=nolimit")  # the short name keeps meaning the built-in case
+    assert make_env("openspiel", {"cases": [SMALL_HOLDEM, "kuhn_poker"], "game_types": ["holdem_small"]}).cases() == [
+        SMALL_HOLDEM]
+    with pytest.raises(ConfigError, match=r"game_types: 'holdem' matches no case \(available: .*hanabi_small, "
+                                          r"hex, holdem_small, kuhn_poker"):
+        make_env("openspiel", {"game_types": ["holdem"]})
+
+
+def test_game_rows_alternate_seats_and_always_preview_a_prompt():
+    mixture = EnvMixture({"openspiel": {"game_types": list(NAMED_CASES) + ["leduc_poker"], "task_mode": "game",
+                                        "num_tasks_per_case": 20}})
+    rows = [mixture.row(ref, "train", i) for i, ref in enumerate(mixture.plan("train"))]
+    for case in CARD_CASES:
+        mine = [row for row in rows if row["extra_info"]["case"] == case]
+        assert [row["extra_info"]["seat"] for row in mine] == [row["extra_info"]["task_id"] % 2 for row in mine]
+        assert {row["extra_info"]["seat"] for row in mine} == {0, 1}
+        assert all("<answer>" in row["prompt"][0]["content"] for row in mine)  # folds before the seat acts too
+
+
+# ------------------------------------------------------------------------------------------ whole hands
+def _policy(seed: int):
+    """Mostly legal moves, sometimes a hostile reply (a retry, or a forfeit after two)."""
+    rng = random.Random(seed)
+
+    def reply(turn) -> object:
+        if rng.random() < 0.2:
+            task = Task("openspiel", "x", 0, 0, (), "", "", legal_moves=turn.legal_moves)
+            return rng.choice(hostile_responses(task, rng, turn.legal_moves[-1]))
+        return f"Reasoning.\n<answer>{rng.choice(turn.legal_moves)}</answer>"
+
+    return reply
+
+
+@pytest.mark.parametrize("case", CARD_CASES, ids=["kuhn", "leduc", "holdem_small", "hanabi_small"])
+def test_whole_hands_are_rewarded_by_the_normalised_return(case: str, cfr_cache: Path):
+    game = pyspiel.load_game(case)
+    opponents = ["random", "self"] + (["cfr:30"] if case in POKER else [])
+    mixture = EnvMixture({"openspiel": {"cases": [case], "task_mode": "game", "num_tasks_per_case": 12,
+                                        "game": {"opponent": ",".join(opponents), "illegal_retries": 1}}})
+    adapter = mixture.adapters["openspiel"]
+    utility = adapter.utility_range(case)
+    assert (utility.low, utility.high) == (game.min_utility(), game.max_utility())
+    seen = set()
+    for index, ref in enumerate(mixture.plan("train")):
+        row = mixture.row(ref, "train", index)
+        info = row["extra_info"]
+        opponent = adapter.game_settings.opponent_for(info["seed"])
+        match = Match(adapter.start_episode(case, info["seed"], info["seat"]), opponent,
+                      MatchRules(illegal_retries=1))
+        reply = _policy(index)
+        while (turn := match.next_request()) is not None:
+            match.submit(reply(turn))
+        record = match.record
+        checked = trusted_record(record.to_dict(), utility, case, opponent.label)
+        scored = compute_score(row["data_source"], "the conversation", "", {**info, RECORD_FIELD: record.to_dict()})
+        assert scored["failed"] == 0.0 and scored["game"] == 1.0
+        if record.forfeit:
+            assert scored["score"] == 0.0 and checked.result == "loss"
+        else:
+            mine = record.returns[record.seat]
+            assert scored["score"] == pytest.approx((mine - game.min_utility()) / (game.max_utility() -
+                                                                                    game.min_utility()))
+            if case == SMALL_HANABI:  # the team score over the most it can be; one score for both seats
+                assert record.returns[0] == record.returns[1] and record.result == "draw"
+                assert scored["score"] == pytest.approx(mine / game.max_utility())
+            else:
+                assert sum(record.returns) == 0
+        seen.add(opponent.label)
+    assert seen == set(opponents)
+
+
+@pytest.mark.parametrize("case", CARD_CASES, ids=["kuhn", "leduc", "holdem_small", "hanabi_small"])
+def test_hostile_replies_never_crash_a_hand(case: str):
+    adapter = make_env("openspiel", {"cases": [case], "task_mode": "game"})
+    rng = random.Random(0)
+    for seed, opponent in itertools.product(range(3), ("random", "self")):
+        for seat in (0, 1):
+            match = Match(adapter.start_episode(case, seed, seat), Opponent(opponent), MatchRules(illegal_retries=1))
+            while (turn := match.next_request()) is not None:
+                task = Task("openspiel", case, 0, 0, (), "", "", legal_moves=turn.legal_moves)
+                match.submit(rng.choice(hostile_responses(task, rng, turn.legal_moves[-1])))
+            assert match.record.done and match.record.model_moves == 0
+            trusted_record(match.record.to_dict(), adapter.utility_range(case), case, opponent)

@@ -7,14 +7,15 @@ from verl_ext.envs import env_names, make_env
 from verl_ext.envs.card_games import NAMED_CASES, SMALL_HANABI
 from verl_ext.envs.conformance import ConformanceError, check_adapter, check_private_view
 from verl_ext.envs.logic_env import DEFAULT_CASES as LOGIC_CASES
-from verl_ext.envs.openspiel_env import DEFAULT_CASES as GAME_CASES
-from verl_ext.envs.openspiel_env import OpenSpielAdapter
+from verl_ext.envs.openspiel_env import DEFAULT_CASES, OpenSpielAdapter
 
-MCTS_FREE = {"hanabi(players=2)"}  # per-step rewards: OpenSpiel MCTS refuses it (engine mode is rejected)
+GAME_CASES = list(DEFAULT_CASES) + [c for c in NAMED_CASES.values() if c not in DEFAULT_CASES]
+# per-step rewards: OpenSpiel MCTS refuses them (engine mode is rejected)
+MCTS_FREE = {"hanabi(players=2)", SMALL_HANABI}
 CASES = [("openspiel", c, mode) for c in GAME_CASES for mode in ("legal", "outcome", "engine")
          if not (mode == "engine" and c in MCTS_FREE)]
 CASES += [("logic", c, None) for c in LOGIC_CASES]
-HIDDEN = [c for c in list(GAME_CASES) + [c for c in NAMED_CASES.values() if c not in GAME_CASES]
+HIDDEN = [c for c in GAME_CASES
           if pyspiel.load_game(c).get_type().information != pyspiel.GameType.Information.PERFECT_INFORMATION]
 
 

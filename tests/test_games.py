@@ -8,6 +8,7 @@ import json
 import pytest
 
 from verl_ext.envs import ConfigError, make_env
+from verl_ext.envs.card_games import NAMED_CASES
 from verl_ext.envs.conformance import check_episodes
 from verl_ext.envs.episode import Episode, Opponent, parse_opponent
 from verl_ext.envs.game_settings import GameSettings
@@ -21,12 +22,15 @@ from verl_ext.mixture import EnvMixture
 from verl_ext.reward import METRIC_KEYS, compute_score
 
 
+EPISODE_CASES = list(DEFAULT_CASES) + [c for c in NAMED_CASES.values() if c not in DEFAULT_CASES]
+
+
 def adapter(*cases: str, **settings):
     return make_env("openspiel", {"cases": list(cases), **settings})
 
 
-@pytest.mark.parametrize("case", DEFAULT_CASES, ids=[c[:24] for c in DEFAULT_CASES])
-def test_every_default_game_plays_whole_episodes(case):
+@pytest.mark.parametrize("case", EPISODE_CASES, ids=[c[:24] for c in EPISODE_CASES])
+def test_every_default_and_named_game_plays_whole_episodes(case):
     env = adapter(case)
     check_episodes(env, case)
     assert isinstance(env.start_episode(case, 0, 0), Episode)

@@ -259,6 +259,21 @@ def test_full_game_mode_composes_and_passes_preflight(mode):
     assert preflight_main(["--no-import-check", "--", *overrides_of(argv)]) == 0
 
 
+@pytest.mark.parametrize("game_types, budget", [("kuhn_poker", "1024"), ("leduc_poker,kuhn_poker", "2048"),
+                                                ("holdem_small", "2048"), ("kuhn_poker,hanabi_small", "6144"),
+                                                ("leduc_poker,connect_four", "3584")])
+def test_card_games_get_response_budgets_of_their_own(game_types, budget):
+    """TASK_MODE=game: the largest budget of the listed games (docs/games.md, "Poker and Hanabi"); MAX_RESPONSE_LENGTH
+    still wins, and the named small cases pass the pre-flight check."""
+    overrides = overrides_of(dry_run("openspiel-ppo.sh", TASK_MODE="game", GAME_TYPES=game_types, RUN_PROFILE="smoke"))
+    assert value(overrides, "data.max_response_length") == budget
+    assert value(overrides, "data.max_prompt_length") == "512"
+    assert preflight_main(["--no-import-check", "--", *overrides]) == 0
+    overrides = overrides_of(dry_run("openspiel-ppo.sh", TASK_MODE="game", GAME_TYPES=game_types, RUN_PROFILE="smoke",
+                                     MAX_RESPONSE_LENGTH="700"))
+    assert value(overrides, "data.max_response_length") == "700"
+
+
 def test_game_rows_without_the_agent_loop_registration_fail_preflight(capsys):
     argv = dry_run("openspiel-ppo.sh", "+data.env.openspiel.task_mode=game", RUN_PROFILE="smoke")
     assert preflight_main(["--no-import-check", "--", *overrides_of(argv)]) == 2

@@ -22,9 +22,24 @@ case "$TASK_MODE" in
     # Whole games: one sample = one game, so the response budget holds every reply and every later prompt of
     # the trained seat. 512 + 3584 = 4096 tokens fits a full connect_four game with the single-move prompts
     # (measured ~2.9k response tokens with the project's tokenizer; docs/games.md) and tiny models' 4096 positions.
+    # Card games get budgets of their own (the largest of the listed games'): a poker hand is a few turns, while a
+    # small Hanabi game runs to 16 turns of ~330 tokens with SmolLM2's tokenizer (docs/games.md, "Poker and Hanabi").
     TASK_NAME=openspiel-game-grpo
     : "${GAME_TYPES:=tic_tac_toe,connect_four}"
-    : "${MAX_PROMPT_LENGTH:=512}" "${MAX_RESPONSE_LENGTH:=3584}"
+    if [[ -z "${MAX_RESPONSE_LENGTH:-}" ]]; then
+      MAX_RESPONSE_LENGTH=0
+      IFS=, read -r -a game_types <<< "$GAME_TYPES"
+      for game_type in "${game_types[@]}"; do
+        case "${game_type// /}" in
+          kuhn_poker) budget=1024 ;;
+          leduc_poker|holdem_small) budget=2048 ;;
+          hanabi_small) budget=6144 ;;
+          *) budget=3584 ;;
+        esac
+        (( budget > MAX_RESPONSE_LENGTH )) && MAX_RESPONSE_LENGTH=$budget
+      done
+    fi
+    : "${MAX_PROMPT_LENGTH:=512}"
     : "${GAME_OPPONENT:=random}" "${MAX_REPLY_LENGTH:=256}" ;;
   *)
     echo "TASK_MODE must be move, game or mixed, got '${TASK_MODE}'" >&2

@@ -9,8 +9,9 @@ after checking every field against the game: a file that does not match (other s
 numbers, other information states or actions) is solved again and replaced, never trusted. Within a process the
 policy is kept in memory.
 
-Only two-player ``kuhn_poker`` and ``leduc_poker`` are supported (``cfr_problem`` says why another game is not):
-CFR needs imperfect information to be the right tool, and a full tabular solve of larger games (hold'em, hanabi,
+Only two-player ``kuhn_poker`` and ``leduc_poker`` and the small limit hold'em ``card_games.SMALL_HOLDEM``
+(``holdem_small``, 1,890 information states) are supported (``cfr_problem`` says why another game is not): CFR
+needs imperfect information to be the right tool, and a full tabular solve of larger games (hold'em, hanabi,
 liar's dice) does not fit a bot built on the fly.
 """
 
@@ -33,6 +34,8 @@ from typing import Any
 import pyspiel
 from open_spiel.python import policy as os_policy
 
+from .card_games import SMALL_HOLDEM
+
 logger = logging.getLogger(__name__)
 
 SOLVERS = ("cfr+", "cfr")
@@ -40,6 +43,8 @@ DEFAULT_SOLVER = "cfr+"
 DEFAULT_ITERATIONS = 1000
 MAX_ITERATIONS = 1_000_000
 SUPPORTED_GAMES = ("kuhn_poker", "leduc_poker")
+# Single configurations of other games small enough to solve here (canonical game strings).
+SUPPORTED_CASES = (SMALL_HOLDEM,)
 CACHE_FORMAT = "verl-ext-cfr-policy"
 CACHE_VERSION = 1
 PROBABILITY_TOLERANCE = 1e-6
@@ -67,9 +72,9 @@ def cfr_problem(case: str) -> str | None:
     if game_type.information == pyspiel.GameType.Information.PERFECT_INFORMATION:
         return (f"{game_type.short_name} is a perfect-information game; CFR opponents are for the small poker "
                 f"games ({', '.join(SUPPORTED_GAMES)})")
-    if game_type.short_name not in SUPPORTED_GAMES:
+    if game_type.short_name not in SUPPORTED_GAMES and str(game) not in SUPPORTED_CASES:
         return (f"{game_type.short_name} is too big to solve with tabular CFR here; CFR opponents are offered for "
-                f"{', '.join(SUPPORTED_GAMES)}")
+                f"{', '.join(SUPPORTED_GAMES)} and holdem_small")
     if game.num_players() != 2:
         return f"CFR opponents are offered for two-player games, {case!r} has {game.num_players()} players"
     return None

@@ -19,7 +19,7 @@ from ..seeding import stable_seed
 from .answer import ParsedAnswer, parse_answer
 from .base import ScoreResult, Task
 from .caching import OnceLRU
-from .card_games import card_game_notes, card_game_view
+from .card_games import NAMED_CASES, card_game_notes, card_game_view
 from .config import ConfigError, from_mapping
 from .episode import MoveCheck, Opponent, UtilityRange
 from .game_settings import GameSettings
@@ -56,6 +56,8 @@ MIN_MOVE_VISITS = 10
 MOVE_VALUES_VERSION = 2
 # A chance node after an analysed move with at most this many outcomes is averaged over them; else rolled out.
 MAX_EXPANDED_CHANCE_OUTCOMES = 8
+# Seeded random previews tried for a game row's first prompt before giving up (an empty prompt).
+PREVIEW_ATTEMPTS = 16
 # What a game row's ground truth says (the reward comes from the played game, not from this string).
 GAME_GROUND_TRUTH = "full game: reward from the played game's outcome"
 
@@ -197,6 +199,9 @@ class OpenSpielAdapter:
             cases, key = [case_from_parts(g, c) for g, c in zip(config.game_list, configs)], "game_list"
         else:
             cases, key = list(DEFAULT_CASES), "cases"
+            types, _ = OpenSpielAdapter._requested_types(config, where)
+            # a named case outside the built-in list (kuhn_poker, holdem_small, hanabi_small) joins when named
+            cases += [NAMED_CASES[t] for t in types or () if t in NAMED_CASES and NAMED_CASES[t] not in cases]
         if not cases:
             raise ConfigError(f"{where}.{key}: is empty; name at least one game")
         if len(set(cases)) != len(cases):
@@ -225,22 +230,30 @@ class OpenSpielAdapter:
         return cases
 
     @staticmethod
+    def _requested_types(config: OpenSpielConfig, where: str) -> tuple[list[str] | None, str]:
+        """``game_types``, else ``$GAME_TYPES`` split at commas, and the name to blame in errors."""
+        if config.game_types is None and os.environ.get("GAME_TYPES", "").strip():
+            return [t.strip() for t in os.environ["GAME_TYPES"].split(",") if t.strip()], "GAME_TYPES"
+        return config.game_types, f"{where}.game_types"
+
+    @staticmethod
     def _filter_types(config: OpenSpielConfig, cases: list[str], games: dict[str, pyspiel.Game],
                       where: str) -> list[str]:
-        """Keep the cases whose short name (``hex``) or full string is in ``game_types`` / ``$GAME_TYPES``."""
-        types = config.game_types
-        where_types = f"{where}.game_types"
-        if types is None and os.environ.get("GAME_TYPES", "").strip():
-            types = [t.strip() for t in os.environ["GAME_TYPES"].split(",") if t.strip()]
-            where_types = "GAME_TYPES"
+        """Keep the cases whose short name (``hex``), full string or name in ``NAMED_CASES`` (``holdem_small``)
+        is in ``game_types`` / ``$GAME_TYPES``."""
+        types, where_types = OpenSpielAdapter._requested_types(config, where)
         if not types:
             return cases
-        short = {case: games[case].get_type().short_name for case in cases}
+        names = {case: {games[case].get_type().short_name, case} | {n for n, c in NAMED_CASES.items() if c == case}
+                 for case in cases}
         for t in types:
-            if not any(t in (name, case) for case, name in short.items()):
+            if not any(t in case_names for case_names in names.values()):
+                available = {games[case].get_type().short_name for case in cases}
+                if config.cases is None and config.game_list is None:
+                    available |= set(NAMED_CASES)
                 raise ConfigError(f"{where_types}: {t!r} matches no case (available: "
-                                  f"{', '.join(sorted(set(short.values())))})")
-        return [case for case in cases if short[case] in types or case in types]
+                                  f"{', '.join(sorted(available))})")
+        return [case for case in cases if names[case] & set(types)]
 
     def cases(self) -> list[str]:
         return list(self._cases)
@@ -277,14 +290,19 @@ class OpenSpielAdapter:
         """A full game from the initial position; the trained policy's seat alternates with ``index``.
 
         The message is a preview of the policy's first prompt (other seats moving at random before it):
-        exact when the policy moves first, otherwise a prompt of the same shape. The game agent loop builds
-        the real conversation from the episode.
+        exact when the policy moves first, otherwise a prompt of the same shape (when the random moves end the
+        game first, e.g. a poker hand folded before the seat acts, from another seeded preview). The game agent
+        loop builds the real conversation from the episode.
         """
         seat = index % load_game(case).num_players()
-        episode = self.start_episode(case, seed, seat)
-        while not episode.is_over() and episode.current_player() != seat:
-            episode.play_random()
-        prompt = episode.prompt() if not episode.is_over() else ""
+        prompt = ""
+        for attempt in range(PREVIEW_ATTEMPTS):
+            episode = self.start_episode(case, seed if attempt == 0 else stable_seed(seed, "preview", attempt), seat)
+            while not episode.is_over() and episode.current_player() != seat:
+                episode.play_random()
+            if not episode.is_over():
+                prompt = episode.prompt()
+                break
         return Task(
             env=self.name,
             case=case,

@@ -7,7 +7,8 @@ random legal move in the form ``--reply`` (default: a bare ``<answer>MOVE</answe
 exported single-move rows writes), and renders the seat's conversation with the tokenizer's chat template
 exactly as the agent loop lays it out: the first prompt is the sample's prompt, everything after it (replies,
 later prompts, corrections) its response. Reported per case: first-prompt tokens, response tokens, model
-turns, and the share of games that would fit ``--response-length``.
+turns, and the share of games that would fit ``--response-length``. Games that end before the trained seat moves
+(a poker hand folded by the player before it) cost nothing to train on and are counted apart.
 """
 
 from __future__ import annotations
@@ -39,14 +40,17 @@ def _ids(tokenizer: Any, messages: list[dict[str, str]], generation_prompt: bool
 
 
 def game_cost(adapter: Any, case: str, seed: int, seat: int, tokenizer: Any, reply: str,
-              compact: bool = False) -> GameCost:
-    """Play one game against the random bot (random legal replies) and count its tokens."""
+              compact: bool = False) -> GameCost | None:
+    """Play one game against the random bot (random legal replies) and count its tokens; None when the game
+    ended before the seat had a turn."""
     episode = adapter.start_episode(case, seed, seat)
     match = Match(episode, Opponent("random"), MatchRules(compact_followups=compact))
     rng = random.Random(stable_seed(seed, "budget", seat))
     while (turn := match.next_request()) is not None:
         match.submit(reply.format(move=rng.choice(turn.legal_moves)))
     conversation = list(match.conversation(seat))
+    if not conversation:
+        return None
     prompt = _ids(tokenizer, conversation[:1], True)
     full = _ids(tokenizer, conversation, False)
     return GameCost(len(prompt), len(full) - len(prompt), match.record.model_turns)
@@ -60,18 +64,20 @@ def measure(game_types: list[str], tokenizer: Any, games: int = 20, reply: str =
     rows = []
     for case in adapter.cases():
         players = adapter.start_episode(case, 0, 0).num_players
-        costs = [game_cost(adapter, case, i, i % players, tokenizer, reply, compact) for i in range(games)]
+        played = [game_cost(adapter, case, i, i % players, tokenizer, reply, compact) for i in range(games)]
+        costs = [c for c in played if c is not None]
         responses = [c.response_tokens for c in costs]
         rows.append({
             "case": case,
-            "games": games,
+            "games": len(costs),
+            "games_without_a_turn": games - len(costs),
             "prompt_tokens_mean": statistics.fmean(c.prompt_tokens for c in costs),
             "prompt_tokens_max": max(c.prompt_tokens for c in costs),
             "response_tokens_mean": statistics.fmean(responses),
             "response_tokens_max": max(responses),
             "model_turns_mean": statistics.fmean(c.model_turns for c in costs),
             "model_turns_max": max(c.model_turns for c in costs),
-            "fit_share": sum(r <= response_length for r in responses) / games,
+            "fit_share": sum(r <= response_length for r in responses) / len(costs),
         })
     return rows
 
@@ -97,7 +103,8 @@ def main(argv: list[str] | None = None) -> int:
           f"fit {args.response_length} |")
     print("|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['case']} | {r['games']} | {r['prompt_tokens_mean']:.0f} / {r['prompt_tokens_max']} | "
+        skipped = f" (+{r['games_without_a_turn']} without a turn)" if r["games_without_a_turn"] else ""
+        print(f"| {r['case']} | {r['games']}{skipped} | {r['prompt_tokens_mean']:.0f} / {r['prompt_tokens_max']} | "
               f"{r['response_tokens_mean']:.0f} / {r['response_tokens_max']} | {r['model_turns_mean']:.1f} / "
               f"{r['model_turns_max']} | {100 * r['fit_share']:.0f} % |")
     return 0
