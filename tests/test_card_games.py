@@ -1,9 +1,11 @@
 """Poker and Hanabi as training episodes (issue 47 items 1 and 4, CPU part): prompts in words from the acting
 player's own view (never another player's cards), the named small cases, whole hands played and rewarded by
-OpenSpiel's returns."""
+OpenSpiel's returns, and the reference moves of cold-start rows (a CFR+ average policy for poker, a random legal
+move for Hanabi)."""
 
 from __future__ import annotations
 
+import collections
 import itertools
 import random
 from pathlib import Path
@@ -13,11 +15,13 @@ import pytest
 
 from verl_ext.envs import ConfigError, make_env
 from verl_ext.envs import cfr_policy as cfr
+from verl_ext.envs.base import Task
 from verl_ext.envs.card_games import NAMED_CASES, SMALL_HANABI, SMALL_HOLDEM
 from verl_ext.envs.conformance import hostile_responses
-from verl_ext.envs.base import Task
 from verl_ext.envs.episode import Opponent
+from verl_ext.export import build_rows
 from verl_ext.games import RECORD_FIELD
+from verl_ext.games.demonstration import play_demonstration
 from verl_ext.games.match import Match, MatchRules
 from verl_ext.games.record_check import trusted_record
 from verl_ext.mixture import EnvMixture
@@ -172,6 +176,8 @@ def test_game_types_name_the_small_cases(monkeypatch: pytest.MonkeyPatch):
     with pytest.raises(ConfigError, match=r"game_types: 'holdem' matches no case \(available: .*hanabi_small, "
                                           r"hex, holdem_small, kuhn_poker"):
         make_env("openspiel", {"game_types": ["holdem"]})
+    with pytest.raises(ConfigError, match="reference_cfr_iterations: must be in 1..1000000, got 0"):
+        make_env("openspiel", {"reference_cfr_iterations": 0})
 
 
 def test_game_rows_alternate_seats_and_always_preview_a_prompt():
@@ -249,3 +255,60 @@ def test_hostile_replies_never_crash_a_hand(case: str):
                 match.submit(rng.choice(hostile_responses(task, rng, turn.legal_moves[-1])))
             assert match.record.done and match.record.model_moves == 0
             trusted_record(match.record.to_dict(), adapter.utility_range(case), case, opponent)
+
+
+# ------------------------------------------------------------------------------------------ cold start
+def test_poker_references_are_draws_from_the_cfr_average_policy(cfr_cache: Path):
+    adapter = make_env("openspiel", {"cases": ["kuhn_poker"], "reference_cfr_iterations": 300})
+    solved = cfr.cfr_policy("kuhn_poker", "cfr+", 300).policy
+    # player 1 with the King facing a bet always calls, with the Jack always folds (CFR+ 300: probability > 0.99)
+    for deal, expected in (([0, 2, 1], "Bet"), ([2, 0, 1], "Pass")):
+        state = _state("kuhn_poker", deal)
+        assert max(solved.action_probabilities(state).values()) > 0.99
+        assert {adapter.reference_move("kuhn_poker", state, seed) for seed in range(20)} == {expected}
+    # player 0 with the Jack bets with the policy's (mixed) probability, over 2,000 seeded draws
+    state = _state("kuhn_poker", [0, 1])
+    bet = solved.action_probabilities(state)[1]
+    draws = [adapter.reference_move("kuhn_poker", state, seed) for seed in range(2000)]
+    assert 0.05 < bet < 0.35 and abs(draws.count("Bet") / 2000 - bet) < 0.03
+    # single-move rows: the task's own seeded draw, so an export is the same every time
+    task = adapter.make_task("kuhn_poker", 3, 3)
+    assert adapter.reference_answer(task) == adapter.reference_answer(task)
+    assert adapter.reference_answer(task).removeprefix("<answer>").removesuffix("</answer>") in task.legal_moves
+    assert sorted(p.name.split("-")[0] for p in cfr_cache.glob("*.json")) == ["kuhn_poker"]
+
+
+def test_hanabi_and_holdem_references(cfr_cache: Path):
+    adapter = make_env("openspiel", {"cases": [SMALL_HOLDEM, SMALL_HANABI], "reference_cfr_iterations": 20})
+    episode = adapter.start_episode(SMALL_HANABI, 0, 0)
+    moves = {adapter.reference_move(SMALL_HANABI, episode.state, seed) for seed in range(200)}
+    assert moves == set(episode.legal_moves())  # a uniformly random legal move: every one comes up
+    state = adapter.start_episode(SMALL_HOLDEM, 0, 0).state
+    solved = cfr.cfr_policy(SMALL_HOLDEM, "cfr+", 20).policy.action_probabilities(state)
+    draws = collections.Counter(adapter.reference_move(SMALL_HOLDEM, state, seed) for seed in range(400))
+    support = {state.action_to_string(a) for a, p in solved.items() if p > 0}
+    assert set(draws) <= support and len(draws) >= 1  # drawn from the hold'em CFR+ policy, nothing outside it
+
+
+@pytest.mark.parametrize("case", CARD_CASES, ids=["kuhn", "leduc", "holdem_small", "hanabi_small"])
+def test_sft_export_of_whole_hands_and_single_moves(case: str, cfr_cache: Path):
+    settings = {"cases": [case], "num_tasks_per_case": 6, "reference_cfr_iterations": 20}
+    games = EnvMixture({"openspiel": {**settings, "task_mode": "game", "game": {"opponent": "random"}}})
+    rows, skipped = build_rows(games, "train", "sft", progress=False)
+    assert rows and skipped <= 2  # a hold'em seat whose opponent folds first has no turn to demonstrate
+    adapter = games.adapters["openspiel"]
+    for row in rows:
+        info = row["extra_info"]
+        episode = adapter.start_episode(case, info["seed"], info["seat"])
+        messages, record = play_demonstration(episode, Opponent("random"), MatchRules(illegal_retries=1))
+        assert row["messages"] == messages and record.model_moves == record.model_turns > 0
+    moves = EnvMixture({"openspiel": settings})
+    reference, _ = build_rows(moves, "train", "sft", progress=False, answers="reference")
+    rules, _ = build_rows(moves, "train", "sft", progress=False, answers="rules")
+    single = moves.adapters["openspiel"]
+    for ref_row, rules_row, ref in zip(reference, rules, moves.plan("train")):
+        task = single.make_task(ref.case, ref.index, ref.seed)
+        assert ref_row["response"] == single.reference_answer(task)
+        assert rules_row["response"].removeprefix("<answer>").removesuffix("</answer>") in task.legal_moves
+    with pytest.raises(ConfigError, match="--answers rules: full-game rows"):
+        build_rows(games, "train", "sft", progress=False, answers="rules")

@@ -31,7 +31,7 @@ def adapter(*cases: str, **settings):
 
 @pytest.mark.parametrize("case", EPISODE_CASES, ids=[c[:24] for c in EPISODE_CASES])
 def test_every_default_and_named_game_plays_whole_episodes(case):
-    env = adapter(case)
+    env = adapter(case, reference_cfr_iterations=50)  # poker references: a short CFR+ solve (holdem_small: ~3 s)
     check_episodes(env, case)
     assert isinstance(env.start_episode(case, 0, 0), Episode)
 

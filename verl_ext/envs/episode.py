@@ -147,8 +147,8 @@ class Episode(Protocol):
         ...
 
     def reference_move(self) -> str | None:
-        """The move the env's engine would play for the player to move (for SFT demonstrations of whole
-        games), or None where the env has no engine for this game."""
+        """The move the env teaches for the player to move (for SFT demonstrations of whole games: an engine's
+        move, or a policy's that sees only the player's view), or None where the env has none for this game."""
         ...
 
     def returns(self) -> list[float]:

@@ -20,6 +20,8 @@ from .answer import ParsedAnswer, parse_answer
 from .base import ScoreResult, Task
 from .caching import OnceLRU
 from .card_games import NAMED_CASES, card_game_notes, card_game_view
+from .cfr_policy import DEFAULT_ITERATIONS as DEFAULT_CFR_ITERATIONS
+from .cfr_policy import DEFAULT_SOLVER, MAX_ITERATIONS, cfr_policy, cfr_problem
 from .config import ConfigError, from_mapping
 from .episode import MoveCheck, Opponent, UtilityRange
 from .game_settings import GameSettings
@@ -89,6 +91,7 @@ class OpenSpielConfig:
     task_mode: str = "move"
     game_share: float = 0.5
     game: dict | None = None
+    reference_cfr_iterations: int = DEFAULT_CFR_ITERATIONS
 
     def validate(self, where: str) -> None:
         positive = ("num_tasks_per_case", "outcome_playouts", "mcts_simulations", "mcts_rollouts",
@@ -98,6 +101,9 @@ class OpenSpielConfig:
                 raise ConfigError(f"{where}.{key}: must be > 0, got {getattr(self, key)!r}")
         if self.max_random_steps < 0:
             raise ConfigError(f"{where}.max_random_steps: must be >= 0, got {self.max_random_steps!r}")
+        if not 0 < self.reference_cfr_iterations <= MAX_ITERATIONS:
+            raise ConfigError(f"{where}.reference_cfr_iterations: must be in 1..{MAX_ITERATIONS}, got "
+                              f"{self.reference_cfr_iterations!r}")
         if not 0.0 <= self.format_weight < 1.0:
             raise ConfigError(f"{where}.format_weight: must be in [0, 1), got {self.format_weight!r}")
         if not 0.0 < self.game_share < 1.0:
@@ -143,6 +149,12 @@ def normalised_return(game: pyspiel.Game, value: float) -> float:
     """A return mapped to [0, 1] by the game's utility range (0.5 when the range is empty)."""
     lo, hi = game.min_utility(), game.max_utility()
     return min(1.0, max(0.0, (value - lo) / (hi - lo))) if hi > lo else 0.5
+
+
+@lru_cache(maxsize=256)
+def _offers_cfr(case: str) -> bool:
+    """Whether ``case`` has a CFR reference policy (``cfr_policy.cfr_problem``)."""
+    return cfr_problem(case) is None
 
 
 def terminal_rewards_only(case: str) -> bool:
@@ -620,8 +632,32 @@ class OpenSpielAdapter:
         best_action = max(position.moves.values(), key=lambda a: (values.get(a, 0.0), -a))
         return next(move for move, action in position.moves.items() if action == best_action)
 
+    def reference_move(self, case: str, state: pyspiel.State, seed: int) -> str:
+        """The move SFT answers and whole-game demonstrations teach, for the player to move at ``state``.
+
+        Perfect information: the engine's move (``best_move``). Imperfect information never reads hidden cards:
+        a move drawn (``random.Random(seed)``) from OpenSpiel's CFR+ average policy at the player's information
+        state where one is offered (``cfr_policy.cfr_problem``: kuhn_poker, leduc_poker, holdem_small; solved once
+        with ``reference_cfr_iterations`` and cached), else a uniformly random legal move (Hanabi, large
+        hold'em: OpenSpiel has no bot for them that plays from the player's view, and the engine searches the full
+        state, the hidden cards included).
+        """
+        player = state.current_player()
+        rng = random.Random(seed)
+        if load_game(case).get_type().information == pyspiel.GameType.Information.PERFECT_INFORMATION:
+            return self.best_move(case, state.serialize())
+        if _offers_cfr(case):
+            solved = cfr_policy(case, DEFAULT_SOLVER, self.config.reference_cfr_iterations)
+            probabilities = sorted(solved.policy.action_probabilities(state, player).items())
+            action = rng.choices([a for a, _ in probabilities], weights=[p for _, p in probabilities], k=1)[0]
+        else:
+            action = rng.choice(state.legal_actions(player))
+        return state.action_to_string(player, action)
+
     def reference_answer(self, task: Task) -> str | None:
-        """The engine's move as an answer; None for full-game tasks (no single reply answers a whole game)."""
+        """The reference move (``reference_move``, seeded by the task) as an answer; None for full-game tasks (no
+        single reply answers a whole game)."""
         if task.info.get("mode") == "game":
             return None
-        return f"<answer>{self.best_move(task.case, task.state)}</answer>"
+        state = load_game(task.case).deserialize_state(task.state)
+        return f"<answer>{self.reference_move(task.case, state, stable_seed(task.seed, 'reference'))}</answer>"

@@ -115,11 +115,12 @@ class OpenSpielEpisode:
         return move
 
     def reference_move(self) -> str | None:
-        """The adapter's engine move (``best_move``: MCTS, or the best mean playout in games with per-step
-        rewards); like single-move SFT answers it is computed from the full state, hidden cards included."""
+        """The adapter's reference move, as single-move SFT answers (``OpenSpielAdapter.reference_move``): the
+        engine's move in perfect-information games; in poker a draw from the CFR+ average policy at the player's
+        information state, in Hanabi a random legal move (seeded by the game and the move number)."""
         if self.state.is_terminal():
             return None
-        return self.adapter.best_move(self.case, self.state.serialize())
+        return self.adapter.reference_move(self.case, self.state, stable_seed(self.seed, "reference", self._moves))
 
     def returns(self) -> list[float]:
         return [float(r) for r in self.state.returns()]
