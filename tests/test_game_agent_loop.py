@@ -30,7 +30,7 @@ from verl.utils.dataset.rl_dataset import collate_fn
 from verl.workers.rollout.replica import TokenOutput
 
 from verl_ext.dataset import DynamicEnvDataset
-from verl_ext.envs.card_games import RANK_NAMES
+from verl_ext.envs.card_games import NAMED_CASES, RANK_NAMES
 from verl_ext.envs.openspiel_env import OpenSpielAdapter, load_game
 from verl_ext.games import AGENT_LOOP_CONFIG, GAME_AGENT_NAME, RECORD_FIELD
 from verl_ext.games.agent_loop import GameAgentLoop, game_setup
@@ -60,8 +60,9 @@ def game_tokenizer(tmp_path_factory):
     return AutoTokenizer.from_pretrained(path)
 
 
-def game_config(tokenizer_path, response_length: int = RESPONSE_LEN, **game):
-    env = {"game_types": ["tic_tac_toe", "connect_four", "leduc_poker"], "num_tasks_per_case": 4,
+def game_config(tokenizer_path, response_length: int = RESPONSE_LEN,
+                game_types: tuple[str, ...] = ("tic_tac_toe", "connect_four", "leduc_poker"), **game):
+    env = {"game_types": list(game_types), "num_tasks_per_case": 4,
            "task_mode": "game", "game": {"opponent": "random", "illegal_retries": 1, **game}}
     overrides = [f"+data.env.openspiel={_hydra_value(env)}"]
     return compose_verl_config([
@@ -460,6 +461,35 @@ def test_the_same_seed_replays_the_same_game(game_tokenizer, episodes):
     assert set(re.findall(r"Your card: (\w+)\.", text)) == {own}
     if other != own:  # the opponent's card is never named as a private card
         assert f"Your card: {other}." not in text
+
+
+@pytest.mark.parametrize("opponent", ["random", "self"])
+@pytest.mark.parametrize("name", ["kuhn_poker", "holdem_small", "hanabi_small"])
+def test_whole_poker_hands_and_hanabi_games_through_the_agent_loop(game_tokenizer, episodes, name, opponent):
+    """The named card cases as verl samples, both seats: the mask covers the model's replies only, verl's reward
+    path pays the seat's return over the utility range (Hanabi: the team score over its maximum); a stream of
+    random token ids forfeits (Hanabi: scores 0) and never raises."""
+    case, budget = NAMED_CASES[name], 16384
+    game = load_game(case)
+    config = game_config(game_tokenizer.name_or_path, response_length=budget, game_types=(name,), opponent=opponent)
+    random_legal = lambda call, ep: answer(random.Random(len(call.prompt_ids)).choice(ep.legal_moves()))  # noqa: E731
+    for index in (0, 1):
+        row = game_row(config, case, index)
+        output, record, server = play(config, game_tokenizer, row, random_legal, episodes)
+        check_invariants(output, server, game_tokenizer, budget)
+        assert record.done and record.truncated is None and record.seat == index and record.forfeit is None
+        assert record.model_moves == record.model_turns == len([c for c in server.calls if c.tokens]) - (
+            record.opponent_replies)
+        low, high = game.min_utility(), game.max_utility()
+        scored = score_with_verl(config, output, row)
+        assert scored["reward_score"] == pytest.approx((record.returns[index] - low) / (high - low))
+        noise = lambda call, ep: [random.Random(len(call.prompt_ids)).randrange(len(game_tokenizer))  # noqa: E731
+                                  for _ in range(40)]
+        output, record, server = play(config, game_tokenizer, row, noise, episodes)
+        check_invariants(output, server, game_tokenizer, budget)
+        assert record.done and record.model_moves == 0
+        assert score_with_verl(config, output, row)["reward_score"] == (
+            0.0 if record.model_turns else pytest.approx((record.returns[index] - low) / (high - low)))
 
 
 HOSTILE = {
