@@ -5,8 +5,9 @@
 # The first file configures the shared stages (model export sft hf [signal]) in $ROOT/base; every other file
 # configures one run: its stages (grpo merge eval plot) run in $ROOT/<file name without .env>, which starts as a
 # copy of base (hard links: the model, the data, the SFT model, their .done markers and logs). Each file is bash
-# that sets recipe knobs (GAME_TYPES, LOGIC_CASES, ENV_OVERRIDES, GRPO_STEPS, EVAL_SUITES, ...) and GRPO_ARGS (an
-# array of Hydra overrides for the grpo stage); base.env's settings are the defaults of every run. All models are
+# that sets recipe knobs (GAME_TYPES, LOGIC_CASES, ENV_OVERRIDES, GRPO_STEPS, EVAL_SUITES, ...), GRPO_ARGS (an
+# array of Hydra overrides for the grpo stage) and RUN_STAGES (default "grpo merge eval plot"; BASE_STAGES in
+# the base file, default "model export sft hf"); base.env's settings are the defaults of every run. All models are
 # therefore judged against one cold-start model, on held-out sets that depend only on the case settings
 # (verl_ext/held_out.py). After every run its folder is packed into $OUT/<name>.tgz (no weights).
 # PARALLEL=1 runs the GRPO stages of all runs at once on the one GPU (see below), the other stages in turn.
@@ -38,7 +39,8 @@ pack() {  # everything small of ROOT/NAME into OUT/NAME.tgz
   # shellcheck disable=SC1090
   source "$base_spec"
   set +a
-  RUN_DIR="$ROOT/base" bash train/recipes/recipe.sh ${BASE_STAGES:-model export sft hf}
+  read -r -a stages <<< "${BASE_STAGES:-model export sft hf}"
+  RUN_DIR="$ROOT/base" bash train/recipes/recipe.sh "${stages[@]}"
 ) > "$ROOT/base.log" 2>&1
 mkdir -p "$ROOT/base"
 cp "$ROOT/base.log" "$ROOT/base/"
@@ -58,11 +60,12 @@ fork() {
   mkdir -p "$dir/sft" && cp "$ROOT/base/sft/latest_checkpointed_iteration.txt" "$dir/sft/" 2>/dev/null || true
 }
 
-# Recipe STAGES of run file SPEC in ROOT/NAME, logged to ROOT/NAME/run.log: run_stages SPEC STAGES...
+# Recipe stages of run file SPEC in ROOT/NAME, logged to ROOT/NAME/run.log: run_stages SPEC [STAGES...]; without
+# STAGES, the run file's RUN_STAGES (default grpo merge eval plot)
 run_stages() {
-  local spec="$1" name dir
+  local spec="$1" dir
   shift
-  name="$(basename "$spec" .env)" dir="$ROOT/$(basename "$spec" .env)"
+  dir="$ROOT/$(basename "$spec" .env)"
   (
     set -a
     # shellcheck disable=SC1090
@@ -70,7 +73,9 @@ run_stages() {
     # shellcheck disable=SC1090
     source "$spec"
     set +a
-    RUN_DIR="$dir" bash train/recipes/recipe.sh "$@" ${GRPO_ARGS[@]+"${GRPO_ARGS[@]}"}
+    stages=("$@")
+    if (( ${#stages[@]} == 0 )); then read -r -a stages <<< "${RUN_STAGES:-grpo merge eval plot}"; fi
+    RUN_DIR="$dir" bash train/recipes/recipe.sh "${stages[@]}" ${GRPO_ARGS[@]+"${GRPO_ARGS[@]}"}
   ) >> "$dir/run.log" 2>&1
 }
 
@@ -111,7 +116,7 @@ for spec in "$@"; do
   name="$(basename "$spec" .env)"
   fork "$ROOT/$name"
   status=0
-  run_stages "$spec" ${RUN_STAGES:-grpo merge eval plot} || status=$?
+  run_stages "$spec" || status=$?
   echo "run $name: exit $status" | tee -a "$ROOT/$name/run.log"
   pack "$name"
 done

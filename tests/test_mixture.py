@@ -75,12 +75,20 @@ def test_held_out_share_sets_the_bucket_and_is_checked():
             EnvMixture(_section(held_out_share=bad))
 
 
-def test_too_few_held_out_contents_names_the_setting():
+def test_a_small_case_validates_on_the_held_out_tasks_it_has():
     # sums of two one-digit numbers: about 200 possible questions, a tenth of them held out
     section = {"logic": {"cases": {"chain_sum": {"min_terms": 2, "max_terms": 2, "max_digits": 1}}},
                "val_tasks_per_case": 2000}
-    with pytest.raises(ConfigError, match=r"data\.env\.val_tasks_per_case=2000: case chain_sum has only \d+ "
-                                          r"distinct held-out tasks"):
+    with pytest.warns(UserWarning, match=r"data\.env\.val_tasks_per_case=2000: case chain_sum has only \d+ "
+                                         r"distinct held-out tasks"):
+        val = EnvMixture(section).plan("val")
+    assert 0 < len(val) < 100
+
+
+def test_a_case_without_held_out_tasks_names_the_setting():
+    # kuhn_poker has 12 information states; a tiny share holds none of them out
+    section = {"openspiel": {"cases": ["kuhn_poker"]}, "val_tasks_per_case": 4, "held_out_share": 0.001}
+    with pytest.raises(ConfigError, match=r"case kuhn_poker has no held-out task .* raise data\.env\.held_out_share"):
         EnvMixture(section).plan("val")
 
 
