@@ -629,6 +629,15 @@ launch() {
   export VERL_FILE_LOGGER_PATH="${VERL_FILE_LOGGER_PATH:-$run.metrics.jsonl}"
   export VERL_EXT_SAMPLE_LOG="${VERL_EXT_SAMPLE_LOG-$run.samples.jsonl}"
   echo "logging to $run.log (metrics: $VERL_FILE_LOGGER_PATH, samples: ${VERL_EXT_SAMPLE_LOG:-off})"
+  # the sample log is written by verl's reward workers: Ray workers inherit this shell's environment only when
+  # ray.init starts the cluster itself, so a run that joins one (RAY_ADDRESS: Slurm multi-node, several runs on
+  # one GPU) names the file in the job's runtime_env (measured: docs/runs/2026-11-26-h100-smollm2-split/)
+  if [[ "$config_name" == ppo_trainer && -n "${RAY_ADDRESS:-}" ]]; then
+    local var
+    for var in VERL_EXT_SAMPLE_LOG VERL_EXT_SAMPLE_TEXTS; do
+      if [[ -n "${!var:-}" ]]; then cmd+=("+ray_kwargs.ray_init.runtime_env.env_vars.$var=$(hydra_quote "${!var}")"); fi
+    done
+  fi
   if (( precheck )); then run_signal_precheck "$run" "$@"; fi
   # LOG_TIMESTAMPS=1: the log file gets a wall-clock stamp per line (verl prints step lines without one)
   if [[ "$LOG_TIMESTAMPS" == "1" ]]; then
