@@ -25,13 +25,13 @@ from typing import NamedTuple
 import torch
 import torch.distributed as dist
 
-import verl_ext.attention  # noqa: F401  (registers attn_implementation="torch_varlen")
+import verl_ext.patches.attention  # noqa: F401  (registers attn_implementation="torch_varlen")
 
 class Variant(NamedTuple):
     """How the actor is held and fed: verl's FSDP2 engine keys in brackets."""
 
     # fp32 master weights with bf16 compute, or bf16 (fsdp_config.model_dtype); "plain": the fp32 model as
-    # ACTOR_FSDP=off holds it (verl_ext.unsharded_actor: frozen weights bf16, the adapter fp32, under autocast)
+    # ACTOR_FSDP=off holds it (verl_ext.patches.unsharded_actor: frozen weights bf16, the adapter fp32, under autocast)
     model_dtype: str
     fsdp: bool  # fully_shard per decoder layer and the root, or a plain module under autocast
     packed: bool  # one padding-free row (model.use_remove_padding) or padded rows
@@ -39,7 +39,7 @@ class Variant(NamedTuple):
     checkpointing: bool  # model.enable_gradient_checkpointing
     reshard_after_forward: bool = True  # fsdp_config.reshard_after_forward (verl's default True)
     wrap_layers: bool = True  # fully_shard each decoder layer too, or the root alone (one FSDP unit)
-    compiled: bool = False  # torch.compile each decoder layer's forward (verl_ext.compiled_layers, ACTOR_COMPILE)
+    compiled: bool = False  # torch.compile each decoder layer's forward (verl_ext.patches.compiled_layers, ACTOR_COMPILE)
 
 
 VARIANTS: dict[str, Variant] = {
@@ -50,7 +50,7 @@ VARIANTS: dict[str, Variant] = {
     "bf16_weights_packed": Variant("bf16", True, True, "sdpa", True),
     "bf16_weights_padded": Variant("bf16", True, False, "sdpa", True),
     "no_fsdp_bf16_padded": Variant("bf16", False, False, "sdpa", True),
-    # PyTorch's own varlen kernel over the packed row (verl_ext.attention): padding-free without flash-attn
+    # PyTorch's own varlen kernel over the packed row (verl_ext.patches.attention): padding-free without flash-attn
     "packed_varlen": Variant("fp32", True, True, "torch_varlen", True),
     "packed_varlen_no_checkpointing": Variant("fp32", True, True, "torch_varlen", False),
     # resharding after forward frees each layer's unsharded bf16 copy until backward (one GPU, 0.5B: 3.1 vs
@@ -118,7 +118,7 @@ def build_model(path: str, model_dtype: str, attn: str, checkpointing: bool, use
     for param in model.parameters():  # verl casts the adapter to the base dtype
         param.data = param.data.to(dtype)
     if model_dtype == "plain":
-        from verl_ext.unsharded_actor import unsharded
+        from verl_ext.patches.unsharded_actor import unsharded
 
         unsharded(model, torch.bfloat16, device)  # moves it to the device too
     else:
@@ -134,7 +134,7 @@ def build_model(path: str, model_dtype: str, attn: str, checkpointing: bool, use
                 fully_shard(module, mp_policy=policy, reshard_after_forward=reshard_after_forward)
         fully_shard(model, mp_policy=policy, reshard_after_forward=reshard_after_forward)
     if compiled:
-        from verl_ext.compiled_layers import compile_decoder_layers
+        from verl_ext.patches.compiled_layers import compile_decoder_layers
 
         compile_decoder_layers(model)  # torch.compile's backend: $VERL_EXT_COMPILE_BACKEND, else inductor
     return model

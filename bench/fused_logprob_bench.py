@@ -11,7 +11,7 @@ fused function when ``model.use_fused_kernels=True`` (our default, ``USE_FUSED_K
 - ``triton``: ``verl.utils.kernel.linear_cross_entropy.linear_cross_entropy``, Triton kernels that never hold the
   logits in GPU memory (CUDA only).
 
-- ``torch-responses``: verl's ``torch`` function through ``verl_ext.response_logits.head_at_responses``, on the
+- ``torch-responses``: verl's ``torch`` function through ``verl_ext.patches.response_logits.head_at_responses``, on the
   rows that predict a response token only, for packed sequences of ``--layout PROMPT:RESPONSE`` tokens each
   (default 145:60, the smoke load's means); the loss reads those positions on every backend.
 
@@ -56,9 +56,9 @@ class Result:
 
 
 def response_layout(tokens: int, prompt: int, response: int, device: torch.device):
-    """``verl_ext.response_logits.ResponseLayout`` of ``tokens`` packed as sequences of ``prompt + response`` tokens
+    """``verl_ext.patches.response_logits.ResponseLayout`` of ``tokens`` packed as sequences of ``prompt + response`` tokens
     (the last one cut short: its response shrinks first)."""
-    from verl_ext.response_logits import ResponseLayout
+    from verl_ext.patches.response_logits import ResponseLayout
 
     sequence_ends = list(range(prompt + response, tokens, prompt + response)) + [tokens]
     sequence_offsets = torch.tensor([0, *sequence_ends], device=device)
@@ -69,7 +69,7 @@ def response_layout(tokens: int, prompt: int, response: int, device: torch.devic
 
 def response_mask(tokens: int, prompt: int, response: int, device: torch.device) -> torch.Tensor:
     """1 at the positions that predict a response token of ``response_layout``'s sequences, else 0."""
-    from verl_ext.response_cut import response_index
+    from verl_ext.patches.response_cut import response_index
 
     layout = response_layout(tokens, prompt, response, device)
     mask = torch.zeros(1, tokens, device=device)
@@ -84,7 +84,7 @@ def fused_function(backend: str, layout: tuple[int, int] = (145, 60)) \
     if backend == "torch-responses":
         from verl.utils.experimental.torch_functional import FusedLinearForPPO
 
-        from verl_ext.response_logits import head_at_responses
+        from verl_ext.patches.response_logits import head_at_responses
 
         fused = FusedLinearForPPO(impl_backend="torch")
 

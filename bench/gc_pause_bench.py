@@ -4,7 +4,7 @@ Each mode runs in its own child process that first imports what verl's actor wor
 (``verl.workers.engine_workers``), then builds a Qwen2 of ``--layers`` decoder layers with a PEFT LoRA adapter on
 every linear and non-reentrant activation checkpointing (verl's actor layout without FSDP), and trains it for
 ``--steps`` steps (forward, backward, AdamW on the adapter), timing each step and every garbage collection by
-generation. ``freeze`` calls ``verl_ext.gc_freeze.freeze_heap`` after the build and after step 1, where the train
+generation. ``freeze`` calls ``verl_ext.patches.gc_freeze.freeze_heap`` after the build and after step 1, where the train
 scripts' ``GC_FREEZE=1`` freezes verl's worker. The width is small on purpose: the number of Python objects a step
 creates follows the number of ops (layers), not the width, and a small width keeps the CPU run short.
 
@@ -32,7 +32,7 @@ def run_mode(mode: str, steps: int, layers: int, device: str) -> dict:
     from peft import LoraConfig, get_peft_model
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from verl_ext.gc_freeze import freeze_heap
+    from verl_ext.patches.gc_freeze import freeze_heap
 
     torch.manual_seed(0)
     config = Qwen2Config(hidden_size=64, intermediate_size=128, num_hidden_layers=layers, num_attention_heads=4,

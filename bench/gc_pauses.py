@@ -1,6 +1,6 @@
 """Python's long garbage collections per process, from a run's console log (``[verl-ext] gc pause`` lines).
 
-``GC_FREEZE=1`` (``verl_ext.launch.gc_freeze``) and ``verl_ext.launch.gc_watch`` print a line for each collection of
+``GC_FREEZE=1`` (``verl_ext.patches.gc_freeze``) and ``GC_FREEZE=watch`` print a line for each collection of
 0.05 s or longer in every process that imports verl; Ray forwards a worker's line to the driver's console as
 ``(WorkerDict pid=2322) [verl-ext] gc pause: generation 2, 0.312 s, ...``. This table counts them per process.
 
@@ -15,7 +15,7 @@ import re
 from collections import defaultdict
 from pathlib import Path
 
-MARK = "[verl-ext] gc pause"  # verl_ext.gc_freeze.PAUSE_MARK (bench scripts run without verl_ext)
+MARK = "[verl-ext] gc pause"  # verl_ext.patches.gc_freeze.PAUSE_MARK (bench scripts run without verl_ext)
 LINE = re.compile(r"(?:\((?P<process>[^()\s]+) pid=(?P<pid>\d+)(?:, ip=[^)]*)?\)\S*\s+)?"
                   + re.escape(MARK) + r": generation (?P<generation>\d+), (?P<seconds>[0-9.]+) s")
 ANSI = re.compile(r"\x1b\[[0-9;]*m")

@@ -6,8 +6,8 @@ base weights to the CPU (``backup_base_model_weights``), merges the adapter into
 (``restore_base_model_weights``). This bench times the whole generator and each of those phases on one rank,
 without Ray or vLLM (the receiving side is not here), and the adapter-only export of ``ROLLOUT_LORA_MERGE=0``
 (``collect_lora_params``). Variants of the backup show what its CPU round trip costs: into pinned host memory,
-and kept on the GPU; then the whole generator again with ``verl_ext.lora_backup`` (the scripts' default), and
-last with ``verl_ext.lora_merged_sync`` (``LORA_MERGE_SYNC=out_of_place``: merged out of place, no backup).
+and kept on the GPU; then the whole generator again with ``verl_ext.patches.lora_backup`` (the scripts' default), and
+last with ``verl_ext.patches.lora_merged_sync`` (``LORA_MERGE_SYNC=out_of_place``: merged out of place, no backup).
 
     torchrun --nproc-per-node 1 bench/lora_sync_bench.py --model /tmp/qwen2.5-0.5b-random --out lora_sync.json
     python bench/lora_sync_bench.py --model /path --device cpu --iters 1     # logic check on CPU
@@ -27,7 +27,7 @@ import torch
 import torch.distributed as dist
 
 from actor_update_bench import build_model  # bench/ is on sys.path when run as a script
-from verl_ext.lora_base_weights import base_weights
+from verl_ext.patches.lora_base_weights import base_weights
 
 
 def _sync(device: torch.device) -> None:
@@ -130,10 +130,10 @@ def main(argv: list[str] | None = None) -> int:
     results["adapter_only_export"] = timed(
         lambda: sum(t.numel() for t in collect_lora_params(model, layered_summon=False, base_sync_done=True).values()),
         device, args.iters)  # fmt: skip
-    import verl_ext.lora_backup  # noqa: F401  (LORA_MERGE_BACKUP=pinned: reused page-locked buffers)
+    import verl_ext.patches.lora_backup  # noqa: F401  (LORA_MERGE_BACKUP=pinned: reused page-locked buffers)
 
     results["merged_sync_whole_lora_backup"] = timed(whole, device, args.iters)
-    import verl_ext.lora_merged_sync  # noqa: F401  (LORA_MERGE_SYNC=out_of_place: no backup, the module only read)
+    import verl_ext.patches.lora_merged_sync  # noqa: F401  (LORA_MERGE_SYNC=out_of_place: no backup, the module only read)
 
     results["merged_sync_whole_out_of_place"] = timed(whole, device, args.iters)
     summary = {

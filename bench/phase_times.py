@@ -1,4 +1,4 @@
-"""Tabulate the worker-side phase times that ``verl_ext.phase_timer`` prints into a run's console log.
+"""Tabulate the worker-side phase times that ``verl_ext.patches.phase_timer`` prints into a run's console log.
 
 Each actor ``update_actor`` / ``update_weights`` call prints one ``[verl-ext] phase times KIND {json}`` line
 (Ray prefixes it with the worker's name). This script takes the median of each phase over the steps after the
@@ -16,7 +16,7 @@ import statistics
 from collections import defaultdict
 from pathlib import Path
 
-MARK = "[verl-ext] phase times "  # verl_ext.phase_timer.MARK, without importing verl_ext (bench scripts run bare)
+MARK = "[verl-ext] phase times "  # verl_ext.patches.phase_timer.MARK, without importing verl_ext (bench scripts run bare)
 
 
 def read_text(path: Path) -> str:
@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     reports = parse(read_text(args.console))
     if not reports:
-        parser.error(f"{args.console}: no '{MARK.strip()}' lines (was verl_ext.launch.phase_timer loaded?)")
+        parser.error(f"{args.console}: no '{MARK.strip()}' lines (was verl_ext.patches.phase_timer loaded?)")
     text = "\n\n".join(f"## {kind}\n\n{table(items, args.skip)}" for kind, items in sorted(reports.items())) + "\n"
     print(text, end="")
     if args.out:

@@ -67,7 +67,7 @@ MILESTONES: tuple[Milestone, ...] = (
               "constructor start"),
     Milestone("transfer_queue_ready", "TransferQueue ready (TRANSFER_QUEUE_START=overlap: started beside the trainer)",
               re.escape("[verl-ext] launch: TransferQueue ready"),
-              "verl_ext/launch/transfer_queue_start.py (READY_MARK)"),
+              "verl_ext/patches/transfer_queue_start.py (READY_MARK)"),
     Milestone("worker_group", "FSDP worker processes created", r"create worker group ",
               "verl trainer/ppo/v1/trainer_base.py:312"),
     Milestone("actor_init", "actor (FSDP) model initialised", r"actor and ref model engine initialized",

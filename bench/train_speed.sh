@@ -57,7 +57,7 @@ startup() {
   local sample_log=()
   if [[ -f "$ours_dir/verl_samples.jsonl" ]]; then sample_log=(--samples "$ours_dir/verl_samples.jsonl"); fi
   "$PYTHON" bench/startup_breakdown.py "$log" ${sample_log[@]+"${sample_log[@]}"} --out "$ours_dir/startup.json"
-  # which processes paused for Python's garbage collector, and how long (GC_FREEZE / gc_watch lines)
+  # which processes paused for Python's garbage collector, and how long (GC_FREEZE=1 / GC_FREEZE=watch lines)
   "$PYTHON" bench/gc_pauses.py "$log" --out "$ours_dir/gc_pauses.md" > /dev/null
 }
 

@@ -66,7 +66,7 @@ CPU_ACTOR_ENGINE = textwrap.dedent("""
     from verl.workers.utils import losses
     sys.path.insert(0, sys.argv[1])
     from test_varlen_attention import tiny_qwen2
-    from verl_ext import attention
+    from verl_ext.patches import attention
     from verl_ext.launch.preflight import compose
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[-1])

@@ -1,4 +1,4 @@
-"""verl_ext.call_hooks: code around a call (plain, async, or returning an awaitable) and around GC collections."""
+"""verl_ext.patches.call_hooks: code around a call (plain, async, or returning an awaitable) and around GC collections."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import gc
 
 import pytest
 
-from verl_ext.call_hooks import around_calls, timed_collections
+from verl_ext.patches.call_hooks import around_calls, timed_collections
 
 
 def recorder():

@@ -1,4 +1,4 @@
-"""verl_ext.compiled_layers (ACTOR_COMPILE=layers): torch.compile for the decoder layers of verl's FSDP2 actor.
+"""verl_ext.patches.compiled_layers (ACTOR_COMPILE=layers): torch.compile for the decoder layers of verl's FSDP2 actor.
 
 The engine tests build the actor the way verl 0.9.1 does on one gloo CPU rank (a tiny Qwen2 under
 ``torch_varlen`` with verl's padding-free monkey patch, activation checkpointing, PEFT LoRA, then verl's own
@@ -20,7 +20,7 @@ import torch
 from gloo_rank import SMOKE_LORA_ACTOR, printed_lines, run_on_one_rank
 from test_train_scripts import runtime_env_modules
 
-from verl_ext import compiled_layers
+from verl_ext.patches import compiled_layers
 
 TESTS = Path(__file__).parent
 
@@ -67,7 +67,7 @@ ENGINE_COMPARE = "SCRIPT_ENV = {'ACTOR_COMPILE': 'layers'}\n" + SMOKE_LORA_ACTOR
 
 
 def run_engine(backend: str) -> dict[str, list[str]]:
-    env_setup = ("import os\nos.environ['VERL_USE_EXTERNAL_MODULES'] = 'verl_ext.launch.compiled_layers'\n"
+    env_setup = ("import os\nos.environ['VERL_USE_EXTERNAL_MODULES'] = 'verl_ext.patches.compiled_layers'\n"
                  f"os.environ['VERL_EXT_COMPILE_BACKEND'] = {backend!r}\n")
     return printed_lines(run_on_one_rank(env_setup + ENGINE_COMPARE, str(TESTS), timeout=600))
 
@@ -106,7 +106,7 @@ def test_all_layers_share_one_compilation():
 
     import torch._dynamo
 
-    from verl_ext import attention
+    from verl_ext.patches import attention
 
     torch._dynamo.reset()
     torch.manual_seed(0)
@@ -147,8 +147,8 @@ def test_the_patched_build_refuses_fsdp1():
 
 
 def test_script_loads_the_patch_only_when_asked():
-    assert "verl_ext.launch.compiled_layers" not in (runtime_env_modules() or "")
-    assert "verl_ext.launch.compiled_layers" in runtime_env_modules(ACTOR_COMPILE="layers")
+    assert "verl_ext.patches.compiled_layers" not in (runtime_env_modules() or "")
+    assert "verl_ext.patches.compiled_layers" in runtime_env_modules(ACTOR_COMPILE="layers")
     script = str(TESTS.parent / "train/scripts/openspiel-ppo.sh")
     for env, message in (({"ACTOR_COMPILE": "yes"}, "ACTOR_COMPILE must be one of: off layers; got 'yes'"),
                          ({"ACTOR_COMPILE": "layers", "FSDP_STRATEGY": "fsdp"},

@@ -268,6 +268,8 @@ def test_no_secrets_in_image():
 
 # Variables read but not set by users of this project, so not in .env.example. One reason each.
 ALLOWED = {
+    "VERL_EXT_GC_FREEZE": "set by the train scripts in the job's runtime_env for GC_FREEZE=watch (documented)",
+    "VERL_EXT_RESOLVED": "set by the train scripts when they ask the patch registry for the --dry-run listing",
     "HOME": "the user's home (default host HF cache ~/.cache/huggingface)",
     "PATH": "set by the shell",
     "PWD": "set by the shell",
@@ -312,7 +314,7 @@ ALLOWED = {
     "SESSION_STEP_TIMEOUT": "bench/lent_gpu_env.sh: seconds before a hung session step is ended (a bench setting)",
     "LEFTOVER_PATTERN": "bench/lent_gpu_env.sh: the processes `stop` ends host-wide (the tests set a marker)",
     "STOP_GPU_WAIT": "bench/lent_gpu_env.sh: seconds `stop` waits for the GPU to be free (a bench setting)",
-    "OMP_NUM_THREADS": "verl_ext/launch/task_runner.py: read to give a driver-run TaskRunner Ray's one-thread default",
+    "OMP_NUM_THREADS": "verl_ext/patches/task_runner.py: read to give a driver-run TaskRunner Ray's one-thread default",
     "LEFTOVER_WAIT": "bench/lent_gpu_env.sh: tenths of a second `stop` waits for killed leftovers to exit",
     "SPEED_MONITOR": "bench/speed_session.sh: 0 turns off the per-second GPU/CPU sampler (a bench setting)",
     "WHEELHOUSE_BYTECODE": "bench/lent_gpu_env.sh: 0 installs the harness's wheels without .pyc (import-cost "

@@ -1,4 +1,4 @@
-"""GC_FREEZE: the heap start-up built is frozen in verl's actor worker and trainer (verl_ext/gc_freeze.py)."""
+"""GC_FREEZE: the heap start-up built is frozen in verl's actor worker and trainer (verl_ext/patches/gc_freeze.py)."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from bench_scripts import load_bench_script
-from test_train_scripts import runtime_env_modules
+from test_train_scripts import dry_run, runtime_env_modules
 from stand_ins import write_stand_in
-from verl_ext import gc_freeze
+from verl_ext.patches import gc_freeze
 
 gc_pauses = load_bench_script("gc_pauses")
 
@@ -31,7 +31,7 @@ def run_child(script: str, **env: str) -> subprocess.CompletedProcess:
 def test_freeze_heap_takes_the_live_objects_out_of_collections_and_says_how_many():
     child = run_child("""
         import gc, json
-        from verl_ext.gc_freeze import freeze_heap
+        from verl_ext.patches.gc_freeze import freeze_heap
         kept = [[i] for i in range(50_000)]  # tracked containers that stay alive
         before = len(gc.get_objects())
         frozen = freeze_heap("the test's build")
@@ -99,7 +99,7 @@ def test_verls_worker_and_trainers_freeze_through_verl_use_external_modules():
         from verl.single_controller.base.decorator import MAGIC_ATTR
         from verl.workers.engine_workers import ActorRolloutRefWorker
         from verl.trainer.ppo.v1 import trainer_base, trainer_colocate_async, trainer_separate_async, trainer_sync
-        from verl_ext.gc_freeze import _WRAPPED
+        from verl_ext.patches.gc_freeze import _WRAPPED
 
         init, update = ActorRolloutRefWorker.init_model, ActorRolloutRefWorker.update_actor
         facts = {
@@ -126,7 +126,7 @@ def test_verls_worker_and_trainers_freeze_through_verl_use_external_modules():
         for _ in range(2):
             ActorRolloutRefWorker.update_actor(worker, data=None)
         print(json.dumps(facts))
-    """, VERL_USE_EXTERNAL_MODULES="verl_ext.launch.phase_timer,verl_ext.launch.gc_freeze")  # both wrap update_actor
+    """, VERL_USE_EXTERNAL_MODULES="verl_ext.patches.phase_timer,verl_ext.patches.gc_freeze")  # both wrap update_actor
     assert child.returncode == 0, child.stderr[-3000:]
     facts = json.loads(child.stdout.strip().splitlines()[-1])
     assert facts["wrapped"] == [True] * 5 and facts["register"] == [True, True] and facts["bound"] == [True, True]
@@ -134,7 +134,7 @@ def test_verls_worker_and_trainers_freeze_through_verl_use_external_modules():
     lines = [line for line in child.stderr.splitlines() if line.startswith(gc_freeze.MARK)]
     assert [line.split(":")[0] for line in lines] == [f"{gc_freeze.MARK} after on_train_begin",
                                                       f"{gc_freeze.MARK} after the first update_actor"], lines
-    from verl_ext.phase_timer import MARK as PHASE_MARK
+    from verl_ext.patches.phase_timer import MARK as PHASE_MARK
     assert child.stdout.count(f"{PHASE_MARK} update ") + child.stderr.count(f"{PHASE_MARK} update ") == 2
 
 
@@ -147,7 +147,7 @@ def test_the_heap_verls_import_built_is_frozen_at_once_and_quietly():
         started = time.perf_counter()
         gc.collect()
         print(json.dumps({"frozen": frozen, "collect_s": time.perf_counter() - started}))
-    """, VERL_USE_EXTERNAL_MODULES="verl_ext.launch.gc_freeze")
+    """, VERL_USE_EXTERNAL_MODULES="verl_ext.patches.gc_freeze")
     assert child.returncode == 0, child.stderr[-3000:]
     facts = json.loads(child.stdout.strip().splitlines()[-1])
     assert facts["frozen"] > 100_000  # torch, verl.protocol and the rest that `import verl` brought in
@@ -192,7 +192,7 @@ def test_vllms_graph_capture_leaves_the_heap_frozen(tmp_path, cudagraph_gc, kept
             del cycle
         frozen_after = gc.get_freeze_count()
         print(json.dumps({"frozen_after": frozen_after, "garbage_left": gc.collect()}))
-    """, VERL_USE_EXTERNAL_MODULES="verl_ext.launch.gc_freeze", VLLM_ENABLE_CUDAGRAPH_GC=cudagraph_gc,
+    """, VERL_USE_EXTERNAL_MODULES="verl_ext.patches.gc_freeze", VLLM_ENABLE_CUDAGRAPH_GC=cudagraph_gc,
         PYTHONPATH=f"{tmp_path / 'stand_in'}{os.pathsep}{REPO}")
     assert child.returncode == 0, child.stderr[-3000:]
     facts = json.loads(child.stdout.strip().splitlines()[-1])
@@ -225,11 +225,15 @@ def test_a_verl_without_the_methods_is_left_alone_and_named(capsys):
 
 
 def test_train_scripts_freeze_by_default_and_refuse_other_values():
-    assert runtime_env_modules().split(",")[-1] == "verl_ext.launch.gc_freeze"
+    assert runtime_env_modules().split(",")[-1] == "verl_ext.patches.gc_freeze"
     assert "gc_freeze" not in (runtime_env_modules(GC_FREEZE="0") or "")
+    # watch: the same module, told by the job's environment to report without freezing
+    assert runtime_env_modules(GC_FREEZE="watch").split(",")[-1] == "verl_ext.patches.gc_freeze"
+    watch = dry_run("openspiel-ppo.sh", RUN_PROFILE="smoke", SIGNAL_CHECK="off", GC_FREEZE="watch")
+    assert "+ray_kwargs.ray_init.runtime_env.env_vars.VERL_EXT_GC_FREEZE=watch" in watch
     bad = subprocess.run(["bash", str(REPO / "train/scripts/openspiel-ppo.sh"), "--dry-run"],
                          capture_output=True, text=True, env={**os.environ, "GC_FREEZE": "yes"})
-    assert bad.returncode == 2 and "GC_FREEZE must be one of: 0 1; got 'yes'" in bad.stderr
+    assert bad.returncode == 2 and "GC_FREEZE must be one of: 0 1 watch; got 'yes'" in bad.stderr
 
 
 @pytest.mark.slow
@@ -248,7 +252,7 @@ def test_the_bench_counts_full_collections_with_and_without_the_freeze(tmp_path)
 def test_long_collections_are_reported_and_the_freezes_own_are_not():
     child = run_child("""
         import gc
-        from verl_ext import gc_freeze
+        from verl_ext.patches import gc_freeze
         gc_freeze.PAUSE_LOG_S = 0.0  # report every collection
         gc_freeze.watch_pauses()
         gc_freeze.watch_pauses()  # once
@@ -266,9 +270,9 @@ def test_long_collections_are_reported_and_the_freezes_own_are_not():
 def test_gc_watch_alone_reports_without_freezing():
     child = run_child("""
         import gc, verl
-        from verl_ext import gc_freeze
+        from verl_ext.patches import gc_freeze
         print(gc_freeze._on_collection in gc.callbacks, gc.get_freeze_count())
-    """, VERL_USE_EXTERNAL_MODULES="verl_ext.launch.gc_watch")
+    """, VERL_USE_EXTERNAL_MODULES="verl_ext.patches.gc_freeze", VERL_EXT_GC_FREEZE="watch")  # GC_FREEZE=watch
     assert child.returncode == 0, child.stderr[-2000:]
     assert child.stdout.split()[-2:] == ["True", "0"]
 

@@ -1,4 +1,4 @@
-"""verl_ext.lora_backup (LORA_MERGE_BACKUP=pinned): verl's merged LoRA sync with reused host buffers sends exactly
+"""verl_ext.patches.lora_backup (LORA_MERGE_BACKUP=pinned): verl's merged LoRA sync with reused host buffers sends exactly
 what it sends with verl's own backup, leaves the trained module exactly as it was, and reuses its buffers.
 
 Runs verl 0.9.1's ``FSDPEngine._merged_lora_per_tensor_param`` on a PEFT model wrapped with torch's FSDP2 on one
@@ -29,7 +29,7 @@ SCRIPT = TRAINED_LORA_QWEN2 + FSDP2_LORA_ENGINE + textwrap.dedent("""
     sent_by_verl = sync()
     assert all(torch.equal(before[n], t) for n, t in snapshot().items())
 
-    import verl_ext.lora_backup as lora_backup
+    import verl_ext.patches.lora_backup as lora_backup
     assert fsdp_utils.backup_base_model_weights is lora_backup.backup_base_model_weights
     sent = sync()
     assert set(sent) == set(sent_by_verl) and len(sent) > 0
@@ -72,7 +72,7 @@ def test_merged_sync_with_reused_buffers_matches_verls_own_backup():
 
 def test_backup_and_restore_round_trip_a_plain_module_in_place():
     """Outside FSDP (plain tensors, as FSDP1's original-parameter views are): an exact copy, restored in place."""
-    import verl_ext.lora_backup as lora_backup
+    import verl_ext.patches.lora_backup as lora_backup
 
     try:
         module = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Linear(3, 2))
@@ -98,10 +98,10 @@ def test_backup_and_restore_round_trip_a_plain_module_in_place():
 
 
 @pytest.mark.parametrize("merge_backup, lora, merge, expected", [
-    ("pinned", "1", "1", ["verl_ext.attention", "verl_ext.lora_backup", "verl_ext.lora_merged_sync"]),
-    ("verl", "1", "1", ["verl_ext.attention", "verl_ext.lora_merged_sync"]),  # the out-of-place sync, the default
-    ("pinned", "1", "0", "verl_ext.attention"),  # the adapter is served unmerged: nothing is backed up
-    ("pinned", "0", "1", "verl_ext.attention"),  # full fine-tune: no adapter
+    ("pinned", "1", "1", ["verl_ext.patches.attention", "verl_ext.patches.lora_backup", "verl_ext.patches.lora_merged_sync"]),
+    ("verl", "1", "1", ["verl_ext.patches.attention", "verl_ext.patches.lora_merged_sync"]),  # the out-of-place sync, the default
+    ("pinned", "1", "0", "verl_ext.patches.attention"),  # the adapter is served unmerged: nothing is backed up
+    ("pinned", "0", "1", "verl_ext.patches.attention"),  # full fine-tune: no adapter
 ])
 def test_scripts_import_it_in_the_workers_only_for_the_merged_sync(merge_backup, lora, merge, expected):
     from test_train_scripts import dry_run, overrides_of

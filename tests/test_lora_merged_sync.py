@@ -53,11 +53,11 @@ def test_verl_sends_lora_merged_weights_under_hf_names():
     assert "MERGED-SYNC-OK" in done.stdout
 
 
-# LORA_MERGE_SYNC=out_of_place (verl_ext/lora_merged_sync.py): the same names, order and bits as verl's in-place
+# LORA_MERGE_SYNC=out_of_place (verl_ext/patches/lora_merged_sync.py): the same names, order and bits as verl's in-place
 # merge, without a write to the module (every parameter's version counter stays where it was)
 OUT_OF_PLACE = TRAINED_LORA_QWEN2 + FSDP2_LORA_ENGINE + textwrap.dedent("""
     import verl.workers.engine.fsdp.transformer_impl as engine_module
-    from verl_ext import lora_merged_sync
+    from verl_ext.patches import lora_merged_sync
 
     verls = list(lora_merged_sync._VERL_METHOD["method"](engine))
     versions = {name: param._version for name, param in model.named_parameters()}
@@ -92,11 +92,11 @@ def test_out_of_place_merge_sends_verls_bits_without_writing_the_module():
 
 
 @pytest.mark.parametrize("env, expected", [
-    ({}, ["verl_ext.attention", "verl_ext.lora_backup", "verl_ext.lora_merged_sync"]),  # out of place (the backup for
+    ({}, ["verl_ext.patches.attention", "verl_ext.patches.lora_backup", "verl_ext.patches.lora_merged_sync"]),  # out of place (the backup for
     # the cases that fall back to verl's path)
-    ({"LORA_MERGE_SYNC": "in_place"}, ["verl_ext.attention", "verl_ext.lora_backup"]),  # verl's, with the pinned backup
-    ({"LORA_MERGE_SYNC": "out_of_place", "ROLLOUT_LORA_MERGE": "0"}, "verl_ext.attention"),  # adapter served unmerged
-    ({"LORA_MERGE_SYNC": "out_of_place", "ENABLE_LORA": "0"}, "verl_ext.attention"),  # full fine-tune: no adapter
+    ({"LORA_MERGE_SYNC": "in_place"}, ["verl_ext.patches.attention", "verl_ext.patches.lora_backup"]),  # verl's, with the pinned backup
+    ({"LORA_MERGE_SYNC": "out_of_place", "ROLLOUT_LORA_MERGE": "0"}, "verl_ext.patches.attention"),  # adapter served unmerged
+    ({"LORA_MERGE_SYNC": "out_of_place", "ENABLE_LORA": "0"}, "verl_ext.patches.attention"),  # full fine-tune: no adapter
 ])
 def test_scripts_import_it_in_the_workers_for_the_merged_sync_only(env, expected):
     from test_train_scripts import dry_run, overrides_of
@@ -124,7 +124,7 @@ TWO_RANKS = textwrap.dedent("""
         from peft import LoraConfig, get_peft_model
         from transformers import Qwen2Config, Qwen2ForCausalLM
         import verl.workers.engine.fsdp.transformer_impl as engine_module
-        from verl_ext import lora_merged_sync
+        from verl_ext.patches import lora_merged_sync
 
         engine_module.get_device_id = lambda: "cpu"
         engine_module.log_gpu_memory_usage = lambda *args, **kwargs: None

@@ -459,7 +459,7 @@ def test_shell_wrapper(ckpts):
 
 
 def test_training_only_attention_in_the_checkpoint_config(ckpts, tmp_path):
-    """verl saves the actor's config with attn_implementation "torch_varlen" (verl_ext.attention, registered only
+    """verl saves the actor's config with attn_implementation "torch_varlen" (verl_ext.patches.attention, registered only
     inside a training run); merge-ppo builds the model without it and the merged config loads anywhere (on the
     H100, SmolLM2's GRPO checkpoint failed to merge before: docs/runs/2026-11-26-h100-smollm2-mixture/)."""
     from transformers import AutoModelForCausalLM

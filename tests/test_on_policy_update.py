@@ -1,4 +1,4 @@
-"""OLD_LOG_PROB_PASS=auto (verl_ext/on_policy_update.py): when the update is one mini-batch for one epoch, the old
+"""OLD_LOG_PROB_PASS=auto (verl_ext/patches/on_policy_update.py): when the update is one mini-batch for one epoch, the old
 log-probs come from the update's own forward and verl's separate pass is skipped.
 
 The equivalence test runs verl 0.9.1's own actor step (``FSDPEngine.forward_backward_batch``: its micro batching
@@ -20,7 +20,7 @@ import pytest
 from gloo_rank import CPU_ACTOR_ENGINE, free_port
 from test_train_scripts import dry_run, overrides_of, runtime_env_modules
 
-from verl_ext import on_policy_update
+from verl_ext.patches import on_policy_update
 from verl_ext.launch.preflight import compose
 
 TESTS = Path(__file__).parent
@@ -61,10 +61,10 @@ def test_the_smoke_recipe_needs_no_pass_and_each_reason_for_one_is_named():
     assert on_policy_update.pass_needed(full_kl, 64, first_update=True) == ""  # its reference is a model of its own
 
 
-ENGINE_STEP = ('import os\nos.environ["VERL_USE_EXTERNAL_MODULES"] = "verl_ext.launch.on_policy_update"\n'
+ENGINE_STEP = ('import os\nos.environ["VERL_USE_EXTERNAL_MODULES"] = "verl_ext.patches.on_policy_update"\n'
                + CPU_ACTOR_ENGINE + textwrap.dedent("""
     from verl.workers.utils.padding import response_from_nested
-    from verl_ext.on_policy_update import ENTROPY_ESTIMATE, OLD_FROM_UPDATE
+    from verl_ext.patches.on_policy_update import ENTROPY_ESTIMATE, OLD_FROM_UPDATE
 
     actor_config = omega_conf_to_dataclass(compose("ppo_trainer", sys.argv[2:-1]).actor_rollout_ref.actor)
     assert losses.ppo_loss.__wrapped__ is not None  # patched on import, before anyone bound the name
@@ -139,13 +139,13 @@ def test_the_update_from_its_own_forward_has_verls_gradient_after_the_pass():
 
 TRAINER_STEP = textwrap.dedent("""
     import os, sys, types
-    os.environ["VERL_USE_EXTERNAL_MODULES"] = "verl_ext.launch.on_policy_update"
-    import verl  # imports verl_ext.launch.on_policy_update, whose patches wait for verl's modules
+    os.environ["VERL_USE_EXTERNAL_MODULES"] = "verl_ext.patches.on_policy_update"
+    import verl  # imports verl_ext.patches.on_policy_update, whose patches wait for verl's modules
     from transfer_queue.metadata import KVBatchMeta
     from verl.trainer.ppo.v1.trainer_base import get_trainer_cls
     from verl_ext.launch.preflight import compose
 
-    OLD_FROM_UPDATE = sys.argv[2]  # passed in: the test without the patches must not import verl_ext.on_policy_update
+    OLD_FROM_UPDATE = sys.argv[2]  # passed in: the test without the patches must not import verl_ext.patches.on_policy_update
 
     class PassRan(Exception):
         pass
@@ -198,7 +198,7 @@ def test_with_lora_and_kl_the_first_step_keeps_the_pass_so_the_reference_pass_is
 
 
 def test_without_the_module_verls_trainer_runs_its_pass():
-    script = TRAINER_STEP.replace('os.environ["VERL_USE_EXTERNAL_MODULES"] = "verl_ext.launch.on_policy_update"',
+    script = TRAINER_STEP.replace('os.environ["VERL_USE_EXTERNAL_MODULES"] = "verl_ext.patches.on_policy_update"',
                                   'os.environ.pop("VERL_USE_EXTERNAL_MODULES", None)')
     steps = [line.split()[1:] for line in run_child(script, on_policy_update.OLD_FROM_UPDATE, *smoke_overrides()).splitlines()
              if line.startswith("STEP ")]
@@ -207,14 +207,14 @@ def test_without_the_module_verls_trainer_runs_its_pass():
 
 def test_train_script_loads_the_module_in_every_ray_worker_with_auto_only():
     assert runtime_env_modules(OLD_LOG_PROB_PASS="auto", GC_FREEZE="0", ACTOR_FSDP="on", LM_HEAD_POSITIONS="all") \
-        == "verl_ext.launch.vllm_worker_fork,verl_ext.launch.on_policy_update"
+        == "verl_ext.patches.vllm_worker_fork,verl_ext.patches.on_policy_update"
     assert runtime_env_modules(OLD_LOG_PROB_PASS="auto", ROLLOUT_BACKEND="sglang", GC_FREEZE="0", ACTOR_FSDP="on",
                                LM_HEAD_POSITIONS="all",
-                               SGLANG_IS_FLASHINFER_AVAILABLE="true") == "verl_ext.launch.on_policy_update"
+                               SGLANG_IS_FLASHINFER_AVAILABLE="true") == "verl_ext.patches.on_policy_update"
     assert runtime_env_modules(OLD_LOG_PROB_PASS="auto", ROLLOUT_WORKER_START="spawn", GC_FREEZE="0", ACTOR_FSDP="on",
                                LM_HEAD_POSITIONS="all",
-                               VERL_USE_EXTERNAL_MODULES="my.mod") == "my.mod,verl_ext.launch.on_policy_update"
-    assert runtime_env_modules(OLD_LOG_PROB_PASS="always", GC_FREEZE="0", ACTOR_FSDP="on", LM_HEAD_POSITIONS="all") == "verl_ext.launch.vllm_worker_fork"
+                               VERL_USE_EXTERNAL_MODULES="my.mod") == "my.mod,verl_ext.patches.on_policy_update"
+    assert runtime_env_modules(OLD_LOG_PROB_PASS="always", GC_FREEZE="0", ACTOR_FSDP="on", LM_HEAD_POSITIONS="all") == "verl_ext.patches.vllm_worker_fork"
     assert runtime_env_modules(OLD_LOG_PROB_PASS="always", ROLLOUT_WORKER_START="spawn", GC_FREEZE="0", ACTOR_FSDP="on", LM_HEAD_POSITIONS="all") is None
     bad = subprocess.run(["bash", str(TESTS.parent / "train/scripts/openspiel-ppo.sh"), "--dry-run"],
                          capture_output=True, text=True, env={**os.environ, "OLD_LOG_PROB_PASS": "skip"})
@@ -224,7 +224,7 @@ def test_train_script_loads_the_module_in_every_ray_worker_with_auto_only():
 def test_importing_the_module_patches_nothing_until_installed():
     import verl.workers.utils.losses as losses
 
-    from verl_ext import import_hook
+    from verl_ext.patches import import_hook
 
     assert on_policy_update.TRAINER_MODULE not in import_hook.pending()
     assert not getattr(losses, "_verl_ext_on_policy_update", False)  # this test process keeps verl's own loss

@@ -1,4 +1,4 @@
-"""verl_ext.phase_timer: worker-side phase times of verl's actor update, one line per step.
+"""verl_ext.patches.phase_timer: worker-side phase times of verl's actor update, one line per step.
 
 The engine test loads the timer as a run does (``VERL_USE_EXTERNAL_MODULES`` and verl's ``__init__``), runs verl
 0.9.1's own ``forward_backward_batch`` on a tiny Qwen2 on one gloo CPU rank inside the actor worker's
@@ -18,7 +18,7 @@ from pathlib import Path
 from bench_scripts import load_bench_script
 from gloo_rank import CPU_ACTOR_ENGINE, free_port
 
-from verl_ext import phase_timer
+from verl_ext.patches import phase_timer
 
 phase_times = load_bench_script("phase_times")
 TESTS = Path(__file__).parent
@@ -78,7 +78,7 @@ def test_names_a_verl_lacks_are_listed_and_left_alone():
     assert dict(clock.totals)["optimizer_step"][1] == 1 and "inherited" not in clock.totals
 
 
-UPDATE_IN_VERL = ('import os\nos.environ["VERL_USE_EXTERNAL_MODULES"] = "verl_ext.launch.phase_timer"\n'
+UPDATE_IN_VERL = ('import os\nos.environ["VERL_USE_EXTERNAL_MODULES"] = "verl_ext.patches.phase_timer"\n'
                   + CPU_ACTOR_ENGINE + textwrap.dedent("""
     import verl.workers.engine_workers as engine_workers
     from test_train_scripts import dry_run, overrides_of

@@ -107,7 +107,7 @@ def test_samples_are_matched_to_training_steps_and_read_compressed(tmp_path):
 
 
 def test_signal_and_collapse_panels_with_their_thresholds(tmp_path):
-    """The per-step signal/collapse metrics (verl_ext/step_signal.py) get their own panels; runs without them not."""
+    """The per-step signal/collapse metrics (verl_ext/patches/step_signal.py) get their own panels; runs without them not."""
     steps = [{"step": step, "data": {"critic/score/mean": 0.5, "signal/group_share": share, "signal/format_rate": 0.9,
                                      "collapse/answer_entropy": entropy, "collapse/favourite_share": favourite,
                                      "collapse/distinct_share": 0.5, "collapse/favourite_share/connect_four": 0.82}}

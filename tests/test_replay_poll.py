@@ -1,7 +1,7 @@
 """The rollout's 2 s grid and its opt-in fix: verl 0.9.1's own v1 ReplayBuffer driven with a fake TransferQueue.
 
 verl's replay buffer sleeps ``poll_interval`` (2.0 s, not configurable) between looks at TransferQueue, so a
-rollout that is done after 3.3 s is seen after 4 s. ``verl_ext.replay_buffer.poll_replay_buffer`` builds the
+rollout that is done after 3.3 s is seen after 4 s. ``verl_ext.patches.replay_buffer.poll_replay_buffer`` builds the
 same class with a shorter interval. The clock here is simulated: verl's ``time.sleep`` advances it.
 """
 
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from verl_ext import replay_buffer as ours
+from verl_ext.patches import replay_buffer as ours
 from verl_ext.launch.preflight import check_ppo, compose
 
 

@@ -1,4 +1,4 @@
-"""verl_ext.response_cut: the responses' per-token values cut out of a packed forward with one gather on the device.
+"""verl_ext.patches.response_cut: the responses' per-token values cut out of a packed forward with one gather on the device.
 
 Each function is compared value for value (and gradient for gradient) with the verl 0.9.1 function it stands in
 for; the engine test runs verl's own ``forward_backward_batch`` (micro batching, ``forward_step``, ``ppo_loss``) on
@@ -21,7 +21,7 @@ from torch.profiler import profile
 from verl.utils import tensordict_utils as tu
 from verl.workers.utils.padding import no_padding_2_padding
 
-from verl_ext import response_cut
+from verl_ext.patches import response_cut
 
 TESTS = Path(__file__).parent
 
@@ -128,7 +128,7 @@ ENGINE_STEP = CPU_ACTOR_ENGINE + textwrap.dedent("""
         return torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None]), out["metrics"]
 
     verl_grads, verl_metrics = step()
-    os.environ["VERL_USE_EXTERNAL_MODULES"] = "verl_ext.launch.response_cut"
+    os.environ["VERL_USE_EXTERNAL_MODULES"] = "verl_ext.patches.response_cut"
     from verl.utils.import_utils import import_external_libs
     import_external_libs(os.environ["VERL_USE_EXTERNAL_MODULES"].split(","))  # what verl's __init__ does
     print("PATCHED", getattr(losses, "_verl_ext_response_cut", False))
@@ -152,8 +152,8 @@ def test_verls_update_with_the_gathered_cut_has_verls_gradient():
 
 def test_train_script_loads_the_cut_with_gather_only_and_refuses_other_values():
     assert runtime_env_modules(LOSS_RESPONSE_CUT="gather", ROLLOUT_WORKER_START="spawn", OLD_LOG_PROB_PASS="always",
-                               GC_FREEZE="0", ACTOR_FSDP="on", LM_HEAD_POSITIONS="all") == "verl_ext.launch.response_cut"
-    assert "verl_ext.launch.response_cut" not in (runtime_env_modules() or "")  # verl's cut by default
+                               GC_FREEZE="0", ACTOR_FSDP="on", LM_HEAD_POSITIONS="all") == "verl_ext.patches.response_cut"
+    assert "verl_ext.patches.response_cut" not in (runtime_env_modules() or "")  # verl's cut by default
     bad = subprocess.run(["bash", str(TESTS.parent / "train/scripts/openspiel-ppo.sh"), "--dry-run"],
                          capture_output=True, text=True, env={**os.environ, "LOSS_RESPONSE_CUT": "fast"})
     assert bad.returncode == 2 and "LOSS_RESPONSE_CUT must be one of: verl gather; got 'fast'" in bad.stderr

@@ -1,4 +1,4 @@
-"""verl_ext.response_logits: verl's fused LM head run only at the positions that predict response tokens.
+"""verl_ext.patches.response_logits: verl's fused LM head run only at the positions that predict response tokens.
 
 The head is verl 0.9.1's own ``FusedLinearForPPO`` (torch backend) on random packed batches, compared with the same
 head over every position; the engine test runs verl's ``forward_backward_batch`` (``forward_step``, the fused
@@ -22,8 +22,8 @@ from test_train_scripts import runtime_env_modules
 from verl.utils import tensordict_utils as tu
 from verl.utils.experimental.torch_functional import FusedLinearForPPO
 
-from verl_ext import response_logits
-from verl_ext.response_cut import response_index
+from verl_ext.patches import response_logits
+from verl_ext.patches.response_cut import response_index
 
 TESTS = Path(__file__).parent
 
@@ -167,7 +167,7 @@ ENGINE_STEP = FUSED_ENGINE + textwrap.dedent("""
 
     verl_grads, verl_loss, verl_rows = step()
     (verl_lp, verl_ent), verl_pass_rows = log_probs()
-    os.environ["VERL_USE_EXTERNAL_MODULES"] = "verl_ext.launch.response_logits"
+    os.environ["VERL_USE_EXTERNAL_MODULES"] = "verl_ext.patches.response_logits"
     from verl.utils.import_utils import import_external_libs
     import_external_libs(os.environ["VERL_USE_EXTERNAL_MODULES"].split(","))  # what verl's __init__ does
     print("PATCHED", getattr(fsdp_engine.FSDPEngineWithLMHead, "_verl_ext_response_logits", False),
@@ -206,9 +206,9 @@ def test_verls_update_and_log_prob_pass_with_the_head_at_responses(layout, toler
 
 
 def test_script_loads_the_patch_by_default_and_not_with_all():
-    assert "verl_ext.launch.response_logits" in runtime_env_modules()
-    assert "verl_ext.launch.response_logits" in runtime_env_modules(LM_HEAD_POSITIONS="response")
-    assert "verl_ext.launch.response_logits" not in (runtime_env_modules(LM_HEAD_POSITIONS="all") or "")
+    assert "verl_ext.patches.response_logits" in runtime_env_modules()
+    assert "verl_ext.patches.response_logits" in runtime_env_modules(LM_HEAD_POSITIONS="response")
+    assert "verl_ext.patches.response_logits" not in (runtime_env_modules(LM_HEAD_POSITIONS="all") or "")
     bad = subprocess.run(["bash", str(TESTS.parent / "train/scripts/openspiel-ppo.sh"), "--dry-run"],
                          capture_output=True, text=True, env={**os.environ, "LM_HEAD_POSITIONS": "prompts"})
     assert bad.returncode == 2 and "LM_HEAD_POSITIONS must be one of: all response; got 'prompts'" in bad.stderr

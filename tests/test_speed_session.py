@@ -314,17 +314,17 @@ def test_next_session_plans_runs_compose_and_pass_preflight():
             env_vars = cfg.ray_kwargs.ray_init.get("runtime_env", {}).get("env_vars", {})
             modules = [module for module in env.get("VERL_USE_EXTERNAL_MODULES", "").split(",") if module]  # kept
             modules += [module for module, on in (
-                ("verl_ext.launch.step_signal", env.get("SIGNAL_CHECK", "warn") != "off"),
-                ("verl_ext.launch.vllm_worker_fork", env.get("ROLLOUT_WORKER_START", "fork") == "fork"),
-                ("verl_ext.launch.on_policy_update", env.get("OLD_LOG_PROB_PASS", OLD_LOG_PROB_PASS_DEFAULT) == "auto"),
-                ("verl_ext.launch.response_cut", env.get("LOSS_RESPONSE_CUT") == "gather"),
-                ("verl_ext.launch.response_logits", env.get("LM_HEAD_POSITIONS", "response") == "response"),
-                ("verl_ext.launch.unsharded_actor", env.get("ACTOR_FSDP", "auto") == "off" or (
+                ("verl_ext.patches.step_signal", env.get("SIGNAL_CHECK", "warn") != "off"),
+                ("verl_ext.patches.vllm_worker_fork", env.get("ROLLOUT_WORKER_START", "fork") == "fork"),
+                ("verl_ext.patches.on_policy_update", env.get("OLD_LOG_PROB_PASS", OLD_LOG_PROB_PASS_DEFAULT) == "auto"),
+                ("verl_ext.patches.response_cut", env.get("LOSS_RESPONSE_CUT") == "gather"),
+                ("verl_ext.patches.response_logits", env.get("LM_HEAD_POSITIONS", "response") == "response"),
+                ("verl_ext.patches.unsharded_actor", env.get("ACTOR_FSDP", "auto") == "off" or (
                     env.get("ACTOR_FSDP", "auto") == "auto" and env.get("ENABLE_LORA", "1") == "1"
                     and env.get("FSDP_STRATEGY", "fsdp2") == "fsdp2")),  # the plans' runs are on one GPU
-                ("verl_ext.launch.compiled_layers", env.get("ACTOR_COMPILE") == "layers"),
-                ("verl_ext.launch.gc_freeze", env.get("GC_FREEZE", "1") == "1"),
-                ("verl_ext.launch.vllm_idle_spin", bool(env.get("ROLLOUT_IDLE_SPIN_S"))),
+                ("verl_ext.patches.compiled_layers", env.get("ACTOR_COMPILE") == "layers"),
+                ("verl_ext.patches.gc_freeze", env.get("GC_FREEZE", "1") in ("1", "watch")),
+                ("verl_ext.patches.vllm_idle_spin", bool(env.get("ROLLOUT_IDLE_SPIN_S"))),
             ) if on]
             assert env_vars.get("VERL_USE_EXTERNAL_MODULES") == (",".join(modules) or None), (name, env)
     assert {"driver", "oneunit", "both", "fork", "all", "pass", "auto", "cut", "fsdp1", "fsdp1b", "nofreeze", "poll",

@@ -1,4 +1,4 @@
-"""Per-step learning-signal and collapse metrics (verl_ext/group_stats.py, verl_ext/step_signal.py) and their alarms
+"""Per-step learning-signal and collapse metrics (verl_ext/group_stats.py, verl_ext/patches/step_signal.py) and their alarms
 (verl_ext/signal_alarm.py).
 
 The trainer test runs verl 0.9.1's own v1 trainer methods (``_compute_advantage``, ``_compute_metrics``) in a child
@@ -23,7 +23,8 @@ import numpy as np
 import pytest
 from test_train_scripts import dry_run, overrides_of, runtime_env_modules
 
-from verl_ext import signal_alarm, step_signal
+from verl_ext import signal_alarm
+from verl_ext.patches import step_signal
 from verl_ext.envs.answer import NO_ANSWER_ID, answer_id
 from verl_ext.group_stats import NO_ANSWER_ID as GROUP_NO_ANSWER_ID
 from verl_ext.group_stats import Reply, case_name, step_metrics
@@ -184,8 +185,8 @@ def test_a_verl_without_the_patched_method_is_left_alone_and_says_so(capsys):
 
 TRAINER_STEPS = textwrap.dedent("""
     import json, os, sys, types
-    os.environ["VERL_USE_EXTERNAL_MODULES"] = "verl_ext.launch.step_signal"
-    import verl  # imports verl_ext.launch.step_signal, whose patch waits for verl's trainer
+    os.environ["VERL_USE_EXTERNAL_MODULES"] = "verl_ext.patches.step_signal"
+    import verl  # imports verl_ext.patches.step_signal, whose patch waits for verl's trainer
     import torch
     from transfer_queue.metadata import KVBatchMeta
     from verl.experimental.agent_loop.agent_loop import AgentLoopMetrics, AgentLoopOutput
@@ -320,12 +321,12 @@ def test_train_scripts_load_the_module_unless_off_and_pass_abort():
         return OmegaConf.to_container(cfg.ray_kwargs.ray_init.get("runtime_env") or {}).get("env_vars") or {}
 
     default, abort, off = env_vars(), env_vars(SIGNAL_CHECK="abort"), env_vars(SIGNAL_CHECK="off")
-    assert "verl_ext.launch.step_signal" in default["VERL_USE_EXTERNAL_MODULES"].split(",")
+    assert "verl_ext.patches.step_signal" in default["VERL_USE_EXTERNAL_MODULES"].split(",")
     assert signal_alarm.MODE_VAR not in default and abort[signal_alarm.MODE_VAR] == "abort"
     assert "step_signal" not in off.get("VERL_USE_EXTERNAL_MODULES", "")
     assert runtime_env_modules(VERL_USE_EXTERNAL_MODULES="my.mod", SIGNAL_CHECK="warn", ROLLOUT_WORKER_START="spawn",
                                OLD_LOG_PROB_PASS="always", GC_FREEZE="0", ACTOR_FSDP="on", LM_HEAD_POSITIONS="all") \
-        == "my.mod,verl_ext.launch.step_signal"
+        == "my.mod,verl_ext.patches.step_signal"
     bad = subprocess.run(["bash", str(TESTS.parent / "train/scripts/openspiel-ppo.sh"), "--dry-run"],
                          capture_output=True, text=True, env={**os.environ, "SIGNAL_CHECK": "loud"})
     assert bad.returncode == 2 and "SIGNAL_CHECK must be one of: warn abort off; got 'loud'" in bad.stderr

@@ -1,4 +1,4 @@
-"""TASK_RUNNER=driver: verl 0.9.1's TaskRunner runs in the driver process (verl_ext/launch/task_runner.py) with
+"""TASK_RUNNER=driver: verl 0.9.1's TaskRunner runs in the driver process (verl_ext/patches/task_runner.py) with
 the environment Ray gives it as an actor, and verl's real TaskRunnerV1 gets as far there as it does as an actor
 on a machine without a GPU (TransferQueue, the trainer, our dataset, then verl's GPU resource check)."""
 
@@ -14,7 +14,7 @@ import pytest
 import ray
 
 from verl_ext.launch.ppo_main import split_options
-from verl_ext.launch.task_runner import DRIVER_MARK, DriverTaskRunner, apply_actor_environment, original_class
+from verl_ext.patches.task_runner import DRIVER_MARK, DriverTaskRunner, apply_actor_environment, original_class
 from verl_ext.tiny_model import build_qwen2
 
 from bench_scripts import load_bench_script
@@ -128,7 +128,7 @@ import json, os, sys
 import ray, torch
 import verl.trainer.main_ppo as main_ppo
 from verl_ext.launch.preflight import compose
-from verl_ext.launch.task_runner import DriverTaskRunner
+from verl_ext.patches.task_runner import DriverTaskRunner
 
 @ray.remote
 class Probe:
@@ -144,7 +144,7 @@ class Probe:
 
 config = compose("ppo_trainer", ["ray_kwargs.ray_init.num_cpus=4", "trainer.experiment_name=probe",
                                   "+ray_kwargs.ray_init.runtime_env.env_vars.VERL_USE_EXTERNAL_MODULES="
-                                  "verl_ext.launch.on_policy_update"])  # the train scripts' OLD_LOG_PROB_PASS=auto
+                                  "verl_ext.patches.on_policy_update"])  # the train scripts' OLD_LOG_PROB_PASS=auto
 main_ppo.run_ppo(config, task_runner_class=Probe)
 main_ppo.run_ppo(config, task_runner_class=DriverTaskRunner(Probe))
 print("DRIVER_PID", os.getpid())

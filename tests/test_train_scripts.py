@@ -100,11 +100,11 @@ def test_speed_knobs_map_to_verl_keys():
     assert arr.actor.use_kl_loss is False  # no KL: verl skips the reference pass
     assert fast.trainer.rollout_data_dir is None and "file" in fast.trainer.logger
     assert arr.model.use_fused_kernels is True and arr.actor.fsdp_config.model_dtype == "fp32"
-    # torch_varlen: packed micro batches (verl_ext.attention registered through external_lib), 64k tokens each;
-    # the merged LoRA sync out of place (verl_ext.lora_merged_sync) and, for the cases it leaves to verl's path, its
-    # backup in reused pinned buffers (verl_ext.lora_backup), same import
+    # torch_varlen: packed micro batches (verl_ext.patches.attention registered through external_lib), 64k tokens each;
+    # the merged LoRA sync out of place (verl_ext.patches.lora_merged_sync) and, for the cases it leaves to verl's path, its
+    # backup in reused pinned buffers (verl_ext.patches.lora_backup), same import
     assert arr.model.override_config.attn_implementation == "torch_varlen" and arr.model.use_remove_padding is True
-    assert list(arr.model.external_lib) == ["verl_ext.attention", "verl_ext.lora_backup", "verl_ext.lora_merged_sync"]
+    assert list(arr.model.external_lib) == ["verl_ext.patches.attention", "verl_ext.patches.lora_backup", "verl_ext.patches.lora_merged_sync"]
     assert arr.actor.ppo_max_token_len_per_gpu == 65536
     assert arr.rollout.log_prob_max_token_len_per_gpu == arr.ref.log_prob_max_token_len_per_gpu == 65536
     # vLLM stays resident between rollouts (no sleep/wake a step); SGLang keeps verl's sleep (not measured)
@@ -118,7 +118,7 @@ def test_speed_knobs_map_to_verl_keys():
     flash = compose("ppo_trainer", overrides_of(dry_run(
         "openspiel-ppo.sh", RUN_PROFILE="smoke", ATTN_IMPLEMENTATION="flash_attention_2")))
     assert flash.actor_rollout_ref.model.use_remove_padding is True
-    assert list(flash.actor_rollout_ref.model.external_lib) == ["verl_ext.lora_backup", "verl_ext.lora_merged_sync"]
+    assert list(flash.actor_rollout_ref.model.external_lib) == ["verl_ext.patches.lora_backup", "verl_ext.patches.lora_merged_sync"]
     sdpa = compose("ppo_trainer", overrides_of(dry_run(
         "openspiel-ppo.sh", RUN_PROFILE="smoke", ATTN_IMPLEMENTATION="sdpa")))
     assert sdpa.actor_rollout_ref.model.use_remove_padding is False  # padded rows beat one block-masked packed row

@@ -1,4 +1,4 @@
-"""TRANSFER_QUEUE_START=overlap (verl_ext/launch/transfer_queue_start.py): verl 0.9.1's TaskRunner starts
+"""TRANSFER_QUEUE_START=overlap (verl_ext/patches/transfer_queue_start.py): verl 0.9.1's TaskRunner starts
 TransferQueue in a thread while its sync trainer starts the workers, and waits for it before the first user."""
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ import verl.trainer.ppo.v1 as verl_v1
 from omegaconf import OmegaConf
 
 from verl_ext.launch import ppo_main
-from verl_ext.launch.task_runner import DriverTaskRunner, original_class, use_driver_task_runner
-from verl_ext.launch.transfer_queue_start import (OVERLAP_MARK, READY_MARK, SERIAL_MARK, OverlappedTaskRunner,
+from verl_ext.patches.task_runner import DriverTaskRunner, original_class, use_driver_task_runner
+from verl_ext.patches.transfer_queue_start import (OVERLAP_MARK, READY_MARK, SERIAL_MARK, OverlappedTaskRunner,
                                                   use_overlapped_transfer_queue)
 
 from test_task_runner import run_up_to_the_gpu_check

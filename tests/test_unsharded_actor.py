@@ -1,4 +1,4 @@
-"""verl_ext.unsharded_actor (ACTOR_FSDP=off): verl's one-GPU LoRA actor as a plain module instead of FSDP2 units.
+"""verl_ext.patches.unsharded_actor (ACTOR_FSDP=off): verl's one-GPU LoRA actor as a plain module instead of FSDP2 units.
 
 The engine tests build the actor the way verl 0.9.1 does on one gloo CPU rank (a tiny Qwen2 under ``torch_varlen``
 with verl's padding-free monkey patch, activation checkpointing, PEFT LoRA, then ``FSDPEngine._build_fsdp_module``
@@ -22,7 +22,7 @@ from gloo_rank import SMOKE_LORA_ACTOR, printed_lines, run_on_one_rank
 from safetensors.torch import load_file
 from test_train_scripts import runtime_env_modules
 
-from verl_ext import unsharded_actor
+from verl_ext.patches import unsharded_actor
 
 TESTS = Path(__file__).parent
 
@@ -56,7 +56,7 @@ ENGINE_SETUP = "SCRIPT_ENV = {'ACTOR_FSDP': 'off'}\n" + SMOKE_LORA_ACTOR + textw
 """)
 
 ENGINE_COMPARE = ENGINE_SETUP + textwrap.dedent("""
-    from verl_ext import lora_merged_sync
+    from verl_ext.patches import lora_merged_sync
 
     def run(plain):
         module = build(plain)
@@ -94,10 +94,10 @@ ENGINE_COMPARE = ENGINE_SETUP + textwrap.dedent("""
 """)
 
 
-ENV_SETUP = "import os\nos.environ['VERL_USE_EXTERNAL_MODULES'] = 'verl_ext.launch.unsharded_actor'\n"
+ENV_SETUP = "import os\nos.environ['VERL_USE_EXTERNAL_MODULES'] = 'verl_ext.patches.unsharded_actor'\n"
 # ACTOR_COMPILE=layers on top, in the train scripts' order; aot_eager runs the captured graphs op by op
 WITH_COMPILED_LAYERS = ("import os\nos.environ['VERL_USE_EXTERNAL_MODULES'] = "
-                        "'verl_ext.launch.unsharded_actor,verl_ext.launch.compiled_layers'\n"
+                        "'verl_ext.patches.unsharded_actor,verl_ext.patches.compiled_layers'\n"
                         "os.environ['VERL_EXT_COMPILE_BACKEND'] = 'aot_eager'\n")
 
 
@@ -290,13 +290,13 @@ def script_env(**env: str) -> dict[str, str]:
 ])
 def test_script_loads_the_patch_where_auto_or_off_allows_it(env, loaded, mode):
     env_vars = script_env(**env)
-    assert ("verl_ext.launch.unsharded_actor" in env_vars.get("VERL_USE_EXTERNAL_MODULES", "")) is loaded
+    assert ("verl_ext.patches.unsharded_actor" in env_vars.get("VERL_USE_EXTERNAL_MODULES", "")) is loaded
     assert env_vars.get(unsharded_actor.MODE_ENV) == mode
 
 
 def test_script_loads_the_patch_first_and_refuses_what_it_cannot_run():
     modules = runtime_env_modules(ACTOR_FSDP="off", ACTOR_COMPILE="layers").split(",")
-    assert modules.index("verl_ext.launch.unsharded_actor") < modules.index("verl_ext.launch.compiled_layers")
+    assert modules.index("verl_ext.patches.unsharded_actor") < modules.index("verl_ext.patches.compiled_layers")
     script = str(TESTS.parent / "train/scripts/openspiel-ppo.sh")
     for env, message in (({"ACTOR_FSDP": "no"}, "ACTOR_FSDP must be one of: auto on off; got 'no'"),
                          ({"ACTOR_FSDP": "off", "N_GPUS_PER_NODE": "2"}, "ACTOR_FSDP=off is for one GPU"),

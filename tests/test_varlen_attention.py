@@ -1,4 +1,4 @@
-"""attn_implementation="torch_varlen" (verl_ext.attention): packed rows give what each sequence gives alone.
+"""attn_implementation="torch_varlen" (verl_ext.patches.attention): packed rows give what each sequence gives alone.
 
 On the CPU the packed path runs SDPA per sequence; PyTorch's varlen kernel itself runs on CUDA only, so what we
 hand it is checked here with a recording kernel, and its numbers on the H100 by `bench/actor_update_bench.py
@@ -18,7 +18,7 @@ import pytest
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from verl_ext import attention
+from verl_ext.patches import attention
 
 LENGTHS = [5, 9, 3]
 
@@ -144,7 +144,7 @@ ENGINE_SCRIPT = textwrap.dedent("""
     from verl.utils import tensordict_utils as tu
     sys.path.insert(0, sys.argv[1])
     from test_varlen_attention import LENGTHS, sequences, tiny_qwen2
-    from verl_ext import attention
+    from verl_ext.patches import attention
 
     fused = sys.argv[2] == "fused"
     fsdp_engine.get_device_name = fsdp_engine.get_device_id = lambda: "cpu"
@@ -207,11 +207,11 @@ def test_verls_model_config_registers_it_in_a_fresh_process_through_external_lib
     overrides = overrides_of(dry_run("openspiel-ppo.sh", RUN_PROFILE="smoke", MODEL_PATH=str(model_dir),
                                      ATTN_IMPLEMENTATION="torch_varlen"))
     assert "actor_rollout_ref.model.use_remove_padding=True" in overrides
-    assert "actor_rollout_ref.model.external_lib=[verl_ext.attention,verl_ext.lora_backup,verl_ext.lora_merged_sync]" in overrides
+    assert "actor_rollout_ref.model.external_lib=[verl_ext.patches.attention,verl_ext.patches.lora_backup,verl_ext.patches.lora_merged_sync]" in overrides
     result = subprocess.run([sys.executable, "-c", script, *overrides], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "ATTN torch_varlen" in result.stdout
-    assert "BACKUP verl_ext.lora_backup" in result.stdout  # the merged LoRA sync's backup, same import
+    assert "BACKUP verl_ext.patches.lora_backup" in result.stdout  # the merged LoRA sync's backup, same import
 
 
 def test_preflight_names_a_torch_varlen_model_config_that_cannot_register_it():
@@ -226,9 +226,9 @@ def test_preflight_names_a_torch_varlen_model_config_that_cannot_register_it():
                          check_imports=False)
     assert problems == [
         "ATTN_IMPLEMENTATION (actor_rollout_ref.model.override_config.attn_implementation=torch_varlen): "
-        "actor_rollout_ref.model.external_lib=my_models does not import verl_ext.attention, which registers it; "
+        "actor_rollout_ref.model.external_lib=my_models does not import verl_ext.patches.attention, which registers it; "
         "add it (a list keeps your own modules too)"]
-    kept = [*overrides, "actor_rollout_ref.model.external_lib=[my_models,verl_ext.attention]"]
+    kept = [*overrides, "actor_rollout_ref.model.external_lib=[my_models,verl_ext.patches.attention]"]
     assert check_ppo(compose("ppo_trainer", kept), check_imports=False) == []
 
 

@@ -1,4 +1,4 @@
-"""ROLLOUT_IDLE_SPIN_S (verl_ext/launch/vllm_idle_spin.py): vLLM's queue readers busy-loop for the set seconds.
+"""ROLLOUT_IDLE_SPIN_S (verl_ext/patches/vllm_idle_spin.py): vLLM's queue readers busy-loop for the set seconds.
 
 vLLM does not install on this CPU machine: the patch runs against a stand-in
 ``vllm.distributed.device_communicators.shm_broadcast`` whose ``SpinCondition`` keeps what vLLM 0.24's does and the
@@ -18,7 +18,7 @@ import types
 import pytest
 from omegaconf import OmegaConf
 
-from verl_ext.launch import vllm_idle_spin
+from verl_ext.patches import vllm_idle_spin
 from verl_ext.launch.preflight import compose
 
 from test_train_scripts import REPO, dry_run, overrides_of
@@ -61,7 +61,7 @@ def run_child(tmp_path, **env: str) -> subprocess.CompletedProcess:
     write_stand_in(tmp_path / "stand_in", vllm_idle_spin.SHM_MODULE, SHM_STAND_IN)
     environ = {key: value for key, value in os.environ.items() if key != vllm_idle_spin.ENV}
     environ.update(PYTHONPATH=f"{tmp_path / 'stand_in'}{os.pathsep}{REPO}",
-                   VERL_USE_EXTERNAL_MODULES="verl_ext.launch.vllm_idle_spin", **env)
+                   VERL_USE_EXTERNAL_MODULES="verl_ext.patches.vllm_idle_spin", **env)
     return subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True, env=environ, timeout=300)
 
 
@@ -101,7 +101,7 @@ def test_train_scripts_pass_the_seconds_only_when_set_and_refuse_other_values():
 
     set_ = env_vars(ROLLOUT_IDLE_SPIN_S="0.05")
     assert set_[vllm_idle_spin.ENV] == "0.05"  # a string, as Ray's runtime_env wants
-    assert set_["VERL_USE_EXTERNAL_MODULES"].split(",")[-1] == "verl_ext.launch.vllm_idle_spin"
+    assert set_["VERL_USE_EXTERNAL_MODULES"].split(",")[-1] == "verl_ext.patches.vllm_idle_spin"
     unset = env_vars()
     assert vllm_idle_spin.ENV not in unset and "vllm_idle_spin" not in unset["VERL_USE_EXTERNAL_MODULES"]
     bad = subprocess.run(["bash", str(REPO / "train/scripts/openspiel-ppo.sh"), "--dry-run"], capture_output=True,

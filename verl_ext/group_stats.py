@@ -1,7 +1,7 @@
 """Learning-signal and collapse statistics of one training step's GRPO groups (samples sharing verl's ``uid``).
 
 ``step_metrics(replies)`` turns the step's scored replies into the ``signal/*`` and ``collapse/*`` metrics that
-``verl_ext.step_signal`` adds to verl's step metrics:
+``verl_ext.patches.step_signal`` adds to verl's step metrics:
 
 - ``signal/group_share``: share of groups whose rewards are not all equal, the groups GRPO learns from (a group of
   equal rewards has zero advantage; a group of one sample has signal when its reward is non-zero, as verl's GRPO

@@ -6,7 +6,7 @@
 Several files are read in order (a resumed run's steps follow the earlier run's). GRPO runs get reward,
 legal-move rate, format rate, task score (the engine value of the move with ``reward_mode=engine``),
 full-game outcome rates and turns (``TASK_MODE=game``), the learning signal (share of GRPO groups whose rewards
-differ, ``signal/*``) and policy collapse (answers per group, ``collapse/*``; ``verl_ext/step_signal.py``), response
+differ, ``signal/*``) and policy collapse (answers per group, ``collapse/*``; ``verl_ext/patches/step_signal.py``), response
 length and step time per step: training samples (sampled at the rollout temperature, from the
 ``*.samples.jsonl`` beside each metrics file) as lines, held-out validation (verl's ``val-*`` metrics, greedy,
 per data source) as markers. SFT runs get train/validation loss, learning rate and gradient norm.

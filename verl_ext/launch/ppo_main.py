@@ -9,9 +9,9 @@ that separate pre-flight took 24-34 s of a 304-359 s start-up (docs/runs/2026-11
 run first and, when they pass, verl's own Hydra entry point runs in the same process with the same overrides;
 a failing check exits 2 before verl starts, as before. ``--no-preflight`` leaves the checks out (the scripts
 ran them in a process of their own: ``PREFLIGHT_IN_PROCESS=0``); ``--task-runner driver`` runs verl's
-TaskRunner in this process instead of a Ray actor (``TASK_RUNNER=driver``, ``verl_ext/launch/task_runner.py``);
+TaskRunner in this process instead of a Ray actor (``TASK_RUNNER=driver``, ``verl_ext/patches/task_runner.py``);
 ``--transfer-queue-start overlap`` starts TransferQueue while the trainer starts its workers instead of before them
-(``TRANSFER_QUEUE_START=overlap``, ``verl_ext/launch/transfer_queue_start.py``). The train scripts pass both by
+(``TRANSFER_QUEUE_START=overlap``, ``verl_ext/patches/transfer_queue_start.py``). The train scripts pass both by
 default (docs/speed.md 0m); run directly, this module keeps verl's order unless told otherwise.
 ``--vllm-model-info warm`` first starts, in the background, the inspection of the model that vLLM's server would
 otherwise run in a fresh interpreter on a machine's first run (``ROLLOUT_MODEL_INFO=warm``,
@@ -23,6 +23,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Sequence
 
+from ..patches.registry import BY_NAME, version_problems
 from . import preflight, vllm_model_info
 
 PREFLIGHT_DONE = "[verl-ext] launch: pre-flight done in process, starting verl"
@@ -40,11 +41,11 @@ def _verl_main(task_runner: str = "actor", transfer_queue_start: str = "serial")
     import verl.trainer.main_ppo as main_ppo  # hydra.main: reads the overrides from sys.argv
 
     if transfer_queue_start == "overlap":  # before the driver stand-in, which wraps whatever class is there
-        from .transfer_queue_start import use_overlapped_transfer_queue
+        from ..patches.transfer_queue_start import use_overlapped_transfer_queue
 
         use_overlapped_transfer_queue(main_ppo)
     if task_runner == "driver":
-        from .task_runner import use_driver_task_runner
+        from ..patches.task_runner import use_driver_task_runner
 
         use_driver_task_runner(main_ppo)
     main_ppo.main()
@@ -89,6 +90,15 @@ def main(argv: Sequence[str] | None = None, run_verl: Callable[[str, str], None]
             vllm_model_info.stop(warming)  # no run: no output from it after the pre-flight's report
             return status
         print(PREFLIGHT_DONE, flush=True)
+    launcher_patches = [name for name, on in (("task_runner", options["task_runner"] == "driver"),
+                                              ("transfer_queue_start", options["transfer_queue_start"] == "overlap"))
+                        if on]
+    problems = [problem for name in launcher_patches for problem in version_problems(BY_NAME[name])]
+    if problems:  # before Ray starts: these two replace verl's main_ppo objects in this process
+        for problem in problems:
+            print(f"pre-flight: {problem}", file=sys.stderr)
+        vllm_model_info.stop(warming)
+        return 2
     sys.argv = [sys.argv[0], *overrides]
     run_verl(str(options["task_runner"]), str(options["transfer_queue_start"]))
     return 0

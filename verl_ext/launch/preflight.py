@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any, Mapping
 
-from ..replay_buffer import sampler_problems
+from ..patches.replay_buffer import sampler_problems
 from .loggers import config_problems as logger_problems
 from .switches import check_attention, check_switches
 

@@ -8,7 +8,7 @@ Each check points at the verl 0.9.1 code that would fail (or silently misbehave)
 - SGLang: verl asks SGLang >= 0.5.12 for the FlashInfer attention backend unless
   ``engine_kwargs.sglang.attention_backend`` is given (workers/rollout/sglang_rollout/async_sglang_server.py:289-297),
   and serves LoRA only for ``all-linear`` or a list of module names (sglang_rollout/utils.py:93-102).
-- the actor's attention: ``torch_varlen`` needs ``verl_ext.attention`` in ``external_lib`` (imported by verl's
+- the actor's attention: ``torch_varlen`` needs ``verl_ext.patches.attention`` in ``external_lib`` (imported by verl's
   model config in each worker, verl/workers/config/model.py:149), flash-attn's names need flash-attn.
 - Ray: ``main_ppo`` calls ``ray.init(**ray_kwargs.ray_init)``, which joins the cluster in ``RAY_ADDRESS`` and
   otherwise starts a one-node cluster (trainer/main_ppo.py:57-74); joining refuses ``num_cpus``
@@ -39,8 +39,32 @@ def check_switches(cfg: Any, environ: Mapping[str, str], check_imports: bool = T
     problems += check_old_log_probs(cfg)
     problems += check_attention(cfg.actor_rollout_ref.model, "actor_rollout_ref.model", check_imports)
     problems += check_ray(cfg, environ, check_imports)
+    problems += check_patch_versions(cfg)
     problems += verl_validate(cfg)
     return problems
+
+
+def patch_modules(cfg: Any) -> list[str]:
+    """The modules of verl-ext's patches a composed config loads: ``VERL_USE_EXTERNAL_MODULES`` in the job's
+    runtime_env, the model config's ``external_lib`` and the v1 trainer's custom sampler."""
+    from verl_ext.patches.registry import BY_MODULE
+
+    env_vars = ((((cfg.get("ray_kwargs") or {}).get("ray_init") or {}).get("runtime_env") or {}).get("env_vars") or {})
+    names = [m.strip() for m in str(env_vars.get("VERL_USE_EXTERNAL_MODULES") or os.environ.get(
+        "VERL_USE_EXTERNAL_MODULES", "")).split(",")]
+    libs = cfg.actor_rollout_ref.model.get("external_lib") or []
+    names += [str(libs)] if isinstance(libs, str) else [str(lib) for lib in libs]
+    sampler = ((((cfg.get("trainer") or {}).get("v1") or {}).get("sampler") or {}).get("custom_sampler") or {})
+    names.append(str(sampler.get("path") or "").removeprefix("pkg://"))
+    return [name for name in dict.fromkeys(names) if name in BY_MODULE]
+
+
+def check_patch_versions(cfg: Any) -> list[str]:
+    """Each patch the config loads must have been written for the installed verl / vLLM (verl_ext/patches/registry.py):
+    a refusal names the switch that turns the patch off, before Ray starts."""
+    from verl_ext.patches.registry import BY_MODULE, version_problems
+
+    return [problem for module in patch_modules(cfg) for problem in version_problems(BY_MODULE[module])]
 
 
 def check_old_log_probs(cfg: Any) -> list[str]:
@@ -82,7 +106,7 @@ def check_rollout(cfg: Any, environ: Mapping[str, str], check_imports: bool) -> 
 def check_attention(model: Any, prefix: str, check_imports: bool) -> list[str]:
     """The actor's attention implementation (ATTN_IMPLEMENTATION) can be built where verl builds the model.
 
-    ``torch_varlen`` exists only after ``verl_ext.attention`` is imported in the worker, which verl does for the
+    ``torch_varlen`` exists only after ``verl_ext.patches.attention`` is imported in the worker, which verl does for the
     model config's ``external_lib`` (verl/workers/config/model.py:149); flash-attn's names need the package.
     """
     attn = str((model.get("override_config") or {}).get("attn_implementation", "flash_attention_2"))
@@ -91,9 +115,9 @@ def check_attention(model: Any, prefix: str, check_imports: bool) -> list[str]:
     if attn == "torch_varlen":
         libs = model.get("external_lib")
         libs = [] if libs is None else [libs] if isinstance(libs, str) else list(libs)
-        if "verl_ext.attention" not in libs:
+        if "verl_ext.patches.attention" not in libs:
             problems.append(f"{key}: {prefix}.external_lib={model.get('external_lib')} does not import "
-                            "verl_ext.attention, which registers it; add it (a list keeps your own modules too)")
+                            "verl_ext.patches.attention, which registers it; add it (a list keeps your own modules too)")
         if check_imports and importlib.util.find_spec("torch.nn.attention.varlen") is None:
             problems.append(f"{key} needs torch.nn.attention.varlen (PyTorch >= 2.10); use ATTN_IMPLEMENTATION=sdpa")
     elif attn.startswith("flash_attention") and check_imports and importlib.util.find_spec("flash_attn") is None:

@@ -12,7 +12,7 @@ from verl.utils.transformers_compat import drop_tied_target_keys
 from .errors import MergeError
 
 
-# Attention kernels that exist only inside a training run: verl_ext.attention registers "torch_varlen" with
+# Attention kernels that exist only inside a training run: verl_ext.patches.attention registers "torch_varlen" with
 # transformers in verl's workers, and verl saves the actor's config with it. Anywhere else (merge-ppo, vLLM, a
 # user's from_pretrained) transformers refuses the name, so a merged model gets the architecture's default.
 TRAINING_ONLY_ATTENTION = ("torch_varlen",)

@@ -66,10 +66,44 @@ require_choice() {
   exit 2
 }
 
+# verl-ext's patches of verl / vLLM internals come from one registry (verl_ext/patches/registry.py, run as a file
+# with the standard library only): patch_registry compose|off|list [VAR=VALUE...] runs it with those switch
+# values on top of the environment.
+patch_registry() {
+  local py="$PYTHON" command="$1"
+  shift
+  command -v "$py" >/dev/null 2>&1 || py=python3  # require_python names a missing interpreter at launch
+  env "$@" "$py" "$REPO_ROOT/verl_ext/patches/registry.py" "$command"
+}
+
+# PATCHES=off: every patch switch at its off value (verl's own code, verl.trainer.main_ppo with its own pre-flight):
+# plain verl for A/B runs and bug reports upstream. A switch set to anything else is refused. on (default): each
+# switch's own default.
+patches_switch() {
+  require_choice PATCHES "${PATCHES:=on}" on off
+  [[ "$PATCHES" == on || -n "${patches_switched:-}" ]] && return 0
+  patches_switched=1  # once: grpo_args resolves some switches further (ROLLOUT_POLL_INTERVAL=off -> empty)
+  local var value
+  while IFS='=' read -r var value; do
+    if [[ -n "${!var+x}" && "${!var}" != "$value" ]]; then
+      echo "PATCHES=off runs plain verl, but $var=${!var} asks for a patch (off: $var=$value). Unset $var or" \
+        "drop PATCHES=off." >&2
+      exit 2
+    fi
+    printf -v "$var" '%s' "$value"
+  done < <(patch_registry off)
+  if [[ "${VERL_USE_EXTERNAL_MODULES:-}" == *verl_ext* ]]; then
+    echo "PATCHES=off runs plain verl, but VERL_USE_EXTERNAL_MODULES=$VERL_USE_EXTERNAL_MODULES names verl-ext's" \
+      "modules. Unset it or drop PATCHES=off." >&2
+    exit 2
+  fi
+}
+
 # How verl's FSDP engine computes token log-probs, for GRPO and SFT alike: sets remove_padding and fused
 # (True/False for Hydra) from USE_REMOVE_PADDING and USE_FUSED_KERNELS, and external_lib (the module that
 # registers ATTN_IMPLEMENTATION, or empty).
 log_prob_flags() {
+  patches_switch  # sft.sh too: PATCHES=off refuses ATTN_IMPLEMENTATION=torch_varlen
   : "${ATTN_IMPLEMENTATION:=sdpa}"
   # verl's fused log-prob kernels: without flash-attn, verl's plain log-prob path loops over every token in
   # Python (measured: 13k log_softmax calls per 13k-token micro batch, 137 s of a 197 s GRPO step at 128x8x512;
@@ -81,16 +115,17 @@ log_prob_flags() {
   : "${FUSED_KERNELS_BACKEND:=torch}"
   require_choice FUSED_KERNELS_BACKEND "$FUSED_KERNELS_BACKEND" torch triton
   # Padding-free packing pays with a varlen kernel (flash-attn's, or PyTorch's own: torch_varlen, registered by
-  # verl_ext.attention); under SDPA the packed row gets a full L x L block mask (measured: 2.4x slower per micro
+  # verl_ext.patches.attention); under SDPA the packed row gets a full L x L block mask (measured: 2.4x slower per micro
   # batch than padded rows), so SDPA runs padded rows.
   case "$ATTN_IMPLEMENTATION" in
     flash_attention*|torch_varlen) : "${USE_REMOVE_PADDING:=1}" ;;
     *) : "${USE_REMOVE_PADDING:=0}" ;;
   esac
-  # torch_varlen exists once verl_ext.attention is imported in the process that builds the model: verl imports
+  # torch_varlen exists once verl_ext.patches.attention is imported in the process that builds the model: verl imports
   # the model config's external_lib there (workers/config/model.py)
-  external_lib=""
-  if [[ "$ATTN_IMPLEMENTATION" == torch_varlen ]]; then external_lib=verl_ext.attention; fi
+  # (the attention patch only: grpo_args adds the LoRA sync patches from its own switches)
+  external_lib="$(patch_registry compose ATTN_IMPLEMENTATION="$ATTN_IMPLEMENTATION" ENABLE_LORA=0 |
+    sed -n 's/^external_lib=//p')"
   remove_padding=False
   fused=False
   if [[ "$USE_REMOVE_PADDING" == "1" ]]; then remove_padding=True; fi
@@ -134,13 +169,14 @@ hydra_quote() {
 
 # The GRPO recipe: verl main_ppo overrides built from the environment.
 grpo_args() {
+  patches_switch
   : "${MODEL_PATH:=Qwen/Qwen2.5-0.5B-Instruct}"
   : "${ROLLOUT_BACKEND:=vllm}" "${FSDP_STRATEGY:=fsdp2}" "${ENABLE_LORA:=1}"
   require_choice ROLLOUT_BACKEND "$ROLLOUT_BACKEND" vllm sglang
   require_choice FSDP_STRATEGY "$FSDP_STRATEGY" fsdp2 fsdp
   require_choice ENABLE_LORA "$ENABLE_LORA" 1 0
   : "${LORA_RANK:=32}" "${LORA_ALPHA:=32}" "${LORA_TARGET_MODULES:=all-linear}" "${LORA_ADAPTER_PATH:=}"
-  # torch_varlen: padding-free micro batches with PyTorch's own varlen kernel (verl_ext/attention.py); H100,
+  # torch_varlen: padding-free micro batches with PyTorch's own varlen kernel (verl_ext/patches/attention.py); H100,
   # 128 x 8 x 512 with a 32k token budget (64k now, below): update 20-22 s -> 11.9 s, step 0.95x -> 0.71x TRL's
   # (docs/speed.md). sdpa runs padded rows; flash_attention_2 needs flash-attn.
   : "${LAYERED_SUMMON:=0}" "${ATTN_IMPLEMENTATION:=torch_varlen}"
@@ -179,29 +215,29 @@ grpo_args() {
   fi
   # The actor's old-log-prob pass before each update. auto: skipped when the update is one mini-batch for one
   # epoch (PPO_MINI_BATCH_SIZE >= TRAIN_BATCH_SIZE, ppo_epochs=1), where the old log-probs are the update's own,
-  # detached (ratio 1, as TRL's num_iterations=1; verl_ext/on_policy_update.py, which keeps the pass whenever
+  # detached (ratio 1, as TRL's num_iterations=1; verl_ext/patches/on_policy_update.py, which keeps the pass whenever
   # something else needs it and says why); always: verl's pass every step.
   : "${OLD_LOG_PROB_PASS:=auto}"
   require_choice OLD_LOG_PROB_PASS "$OLD_LOG_PROB_PASS" auto always
   # Per-step learning-signal and collapse metrics (signal/*, collapse/* in each step's metrics) and their console
-  # warnings (verl_ext/step_signal.py; docs/training.md "Learning signal and collapse"). warn: metrics and warnings;
+  # warnings (verl_ext/patches/step_signal.py; docs/training.md "Learning signal and collapse"). warn: metrics and warnings;
   # abort: also stops the run after its first step when (almost) no GRPO group has rewards that differ; off: neither.
   : "${SIGNAL_CHECK:=warn}"
   require_choice SIGNAL_CHECK "$SIGNAL_CHECK" warn abort off
   # How verl's PPO loss cuts each response's log-probs out of the packed forward, every micro batch. verl: sample
   # by sample with indices read back from the GPU (~3 synchronizations per sample); gather: one gather on the device,
-  # the same values and gradients (verl_ext/response_cut.py). One fair H100 smoke pair (update 0.619 vs 0.717 s,
+  # the same values and gradients (verl_ext/patches/response_cut.py). One fair H100 smoke pair (update 0.619 vs 0.717 s,
   # docs/speed.md 0p), not yet at the realistic load, so verl's stays the default.
   : "${LOSS_RESPONSE_CUT:=verl}"
   require_choice LOSS_RESPONSE_CUT "$LOSS_RESPONSE_CUT" verl gather
   # Where verl's fused LM head computes logits and log-probs. response: only the positions that predict a response
-  # token, the only ones any loss or metric reads (TRL's logits_to_keep; verl_ext/response_logits.py): H100 smoke
+  # token, the only ones any loss or metric reads (TRL's logits_to_keep; verl_ext/patches/response_logits.py): H100 smoke
   # update 0.553 / 0.651 -> 0.479 / 0.476 s in two pairs, the head alone 0.132 -> 0.040 s per 13k-token micro batch
   # (docs/speed.md 0r). all: every packed token, prompts included (verl's). Needs USE_FUSED_KERNELS=1 with the
   # torch backend (else verl's head runs as before).
   : "${LM_HEAD_POSITIONS:=response}"
   require_choice LM_HEAD_POSITIONS "$LM_HEAD_POSITIONS" all response
-  # layers: torch.compile each decoder layer of verl's FSDP2 actor (verl_ext/compiled_layers.py); the first update
+  # layers: torch.compile each decoder layer of verl's FSDP2 actor (verl_ext/patches/compiled_layers.py); the first update
   # compiles them (46-65 s at the smoke load, ~95 s at the realistic one). H100 (docs/speed.md 0s): realistic update
   # 10.3 -> 8.55 s in one pair, no smoke gain in four, so not a default. off: verl's eager layers.
   : "${ACTOR_COMPILE:=off}"
@@ -214,11 +250,12 @@ grpo_args() {
   # 1: freeze the Python heap start-up built in verl's actor worker (after its model build and its first update)
   # and in the trainer (when training begins), so that Python's full garbage collections stop walking it: one took
   # 0.24-0.37 s in a process with verl's worker imports, ~1 ms with the heap frozen (bench/gc_pause_bench.py), and
-  # the H100 smoke runs' update jumped 0.4-0.6 s at steps 3 and 12-13 (verl_ext/gc_freeze.py). 0: Python's default.
+  # the H100 smoke runs' update jumped 0.4-0.6 s at steps 3 and 12-13 (verl_ext/patches/gc_freeze.py). 0: Python's default.
+  # watch: report collections of 0.05 s or longer without freezing (a diagnostic).
   : "${GC_FREEZE:=1}"
-  require_choice GC_FREEZE "$GC_FREEZE" 0 1
+  require_choice GC_FREEZE "$GC_FREEZE" 0 1 watch
   # Seconds vLLM's shared-memory queue readers (its GPU worker) busy-loop after a read before they sleep; unset:
-  # vLLM's 1 s, during which the worker spins through the smoke step's update and sync (verl_ext/launch/vllm_idle_spin.py;
+  # vLLM's 1 s, during which the worker spins through the smoke step's update and sync (verl_ext/patches/vllm_idle_spin.py;
   # not measured yet, so not a default)
   : "${ROLLOUT_IDLE_SPIN_S:=}"
   if [[ -n "$ROLLOUT_IDLE_SPIN_S" && ! "$ROLLOUT_IDLE_SPIN_S" =~ ^[0-9]+(\.[0-9]+)?$ ]]; then
@@ -227,7 +264,7 @@ grpo_args() {
   fi
   : "${GRADIENT_CHECKPOINTING:=1}" "${ACTOR_MODEL_DTYPE:=fp32}"
   : "${N_GPUS_PER_NODE:=1}" "${NNODES:=1}" "${TENSOR_PARALLEL_SIZE:=1}"
-  # off: on one GPU, verl's LoRA actor is a plain module instead of FSDP2 units (verl_ext/unsharded_actor.py): the
+  # off: on one GPU, verl's LoRA actor is a plain module instead of FSDP2 units (verl_ext/patches/unsharded_actor.py): the
   # same bf16 compute and fp32 adapter gradients (equal bit for bit on the CPU) without FSDP2's per-layer all-gather,
   # free and gradient copies. H100 smoke load (docs/speed.md 0t): update 0.60 / 0.62 vs 0.73 / 0.73 s and weight
   # sync 0.10-0.13 vs 0.24-0.29 s in two pairs (a third: update 0.83 vs 0.70 s, sync 0.13 vs 0.29 s), actor memory
@@ -265,7 +302,7 @@ grpo_args() {
   # rollout phase ended on a 2 s grid (H100: smoke generation 2.07 -> 0.80 s with 0.1; docs/speed.md). 0.02 against
   # 0.1 (H100, docs/speed.md 0u): realistic generation 6.95 vs 8.04 / 8.46 s, smoke generation off the 0.1 s grid
   # (0.29-0.33 s, where 0.1 ended at 0.315 or 0.417 s). A look that takes longer than 15 % of the wait stretches it
-  # (verl_ext/replay_buffer.py). "off" (or empty): verl's built-in sampler, e.g. for DAPO group filtering.
+  # (verl_ext/patches/replay_buffer.py). "off" (or empty): verl's built-in sampler, e.g. for DAPO group filtering.
   : "${ROLLOUT_POLL_INTERVAL=0.02}"
   [[ "$ROLLOUT_POLL_INTERVAL" == off ]] && ROLLOUT_POLL_INTERVAL=""
   # LoRA: 1 merges the adapter into the weights sent to the rollout engine each step (verl's model.lora.merge),
@@ -289,13 +326,13 @@ grpo_args() {
     local lora_rank=0
   fi
   # The merged sync's base-weight backup (ENABLE_LORA=1, ROLLOUT_LORA_MERGE=1): "pinned" reuses page-locked host
-  # buffers (verl_ext/lora_backup.py; H100, 0.5B: the backup and restore 0.84 -> 0.06 s a step), "verl" keeps
+  # buffers (verl_ext/patches/lora_backup.py; H100, 0.5B: the backup and restore 0.84 -> 0.06 s a step), "verl" keeps
   # verl's fresh pageable copy every step (no host memory held between steps).
   : "${LORA_MERGE_BACKUP:=pinned}"
   require_choice LORA_MERGE_BACKUP "$LORA_MERGE_BACKUP" pinned verl
   # How the merged sync computes W + scale x BA: "in_place" is verl's (backup, merge into the trained weights, send,
   # restore); "out_of_place" sends base + PEFT's delta computed beside the module, which it only reads: the same bits,
-  # no host round trip (verl_ext/lora_merged_sync.py; FSDP1, CPU offload, DoRA and lora_bias stay on verl's path).
+  # no host round trip (verl_ext/patches/lora_merged_sync.py; FSDP1, CPU offload, DoRA and lora_bias stay on verl's path).
   # H100, 0.5B shape, rank 32 (docs/speed.md 0q): the actor's side of one sync 0.143 -> 0.082 s
   # (bench/lora_sync_bench.py); smoke weight sync 0.295 s against 0.355-0.372 s in the three runs around it.
   : "${LORA_MERGE_SYNC:=out_of_place}"
@@ -310,7 +347,7 @@ grpo_args() {
   : "${ROLLOUT_FREE_CACHE:=$free_cache_default}"
   require_choice ROLLOUT_FREE_CACHE "$ROLLOUT_FREE_CACHE" 0 1
   # How vLLM's engine core starts its GPU worker process: fork (the worker starts with the engine core's imports;
-  # verl_ext/launch/vllm_worker_fork.py; H100: "engine core starting -> GPU worker created" 18-21 -> 2-3 s,
+  # verl_ext/patches/vllm_worker_fork.py; H100: "engine core starting -> GPU worker created" 18-21 -> 2-3 s,
   # docs/speed.md 0m) or spawn (what vLLM does when its server runs in a Ray actor, as under verl). SGLang, or an
   # explicit VLLM_WORKER_MULTIPROC_METHOD=spawn, default to spawn.
   local worker_start_default=fork
@@ -330,12 +367,20 @@ grpo_args() {
   local layered=False dynamic=False bypass=False checkpointing=False use_kl=True free_cache=False rollout_log_probs=True
   local remove_padding fused external_lib
   log_prob_flags  # sets remove_padding, fused, external_lib
-  if [[ "$ENABLE_LORA" == "1" && "$ROLLOUT_LORA_MERGE" == "1" && "$LORA_MERGE_BACKUP" == pinned ]]; then
-    external_lib="${external_lib:+$external_lib,}verl_ext.lora_backup"
-  fi
-  if [[ "$ENABLE_LORA" == "1" && "$ROLLOUT_LORA_MERGE" == "1" && "$LORA_MERGE_SYNC" == out_of_place ]]; then
-    external_lib="${external_lib:+$external_lib,}verl_ext.lora_merged_sync"
-  fi
+  # the resolved switches that decide which patches apply (verl_ext/patches/registry.py)
+  local switches=(SIGNAL_CHECK="$SIGNAL_CHECK" ROLLOUT_WORKER_START="$ROLLOUT_WORKER_START"
+    OLD_LOG_PROB_PASS="$OLD_LOG_PROB_PASS" LOSS_RESPONSE_CUT="$LOSS_RESPONSE_CUT" LM_HEAD_POSITIONS="$LM_HEAD_POSITIONS"
+    ACTOR_FSDP="$ACTOR_FSDP" ACTOR_COMPILE="$ACTOR_COMPILE" GC_FREEZE="$GC_FREEZE"
+    ROLLOUT_IDLE_SPIN_S="$ROLLOUT_IDLE_SPIN_S" ATTN_IMPLEMENTATION="$ATTN_IMPLEMENTATION" ENABLE_LORA="$ENABLE_LORA"
+    ROLLOUT_LORA_MERGE="$ROLLOUT_LORA_MERGE" LORA_MERGE_BACKUP="$LORA_MERGE_BACKUP" LORA_MERGE_SYNC="$LORA_MERGE_SYNC"
+    ROLLOUT_POLL_INTERVAL="$ROLLOUT_POLL_INTERVAL" TASK_RUNNER="${TASK_RUNNER:=driver}"
+    TRANSFER_QUEUE_START="${TRANSFER_QUEUE_START:=overlap}" PATCHES="$PATCHES")
+  local composed patch_modules sampler
+  composed="$(patch_registry compose "${switches[@]}")"
+  external_lib="$(sed -n 's/^external_lib=//p' <<<"$composed")"
+  patch_modules="$(sed -n 's/^modules=//p' <<<"$composed")"
+  sampler="$(sed -n 's/^sampler=//p' <<<"$composed")"
+  if [[ "$DRY_RUN" == 1 ]]; then patch_registry list "${switches[@]}" VERL_EXT_RESOLVED=1 >&2; fi
   [[ "$external_lib" == *,* ]] && external_lib="[$external_lib]"
   # Tokens per micro batch (at least one whole sequence). Packed micro batches do not pay for padding, so a
   # bigger budget costs little more per micro batch (H100 micro-batch bench: 16k 0.46 s, 32k 0.53 s, 64k 0.96 s;
@@ -427,34 +472,26 @@ grpo_args() {
     ARGS+=(actor_rollout_ref.model.lora_adapter_path="$LORA_ADAPTER_PATH")
   fi
   # Our verl patches: the job's runtime_env reaches every Ray worker, on every node (and the TaskRunner, in the
-  # driver too: verl_ext/launch/task_runner.py); verl imports the modules it names in each process
+  # driver too: verl_ext/patches/task_runner.py); verl imports the modules it names in each process
+  # (the registry's order: unsharded_actor before compiled_layers, whose wrap of verl's FSDP build goes outside it, so
+  # it compiles the plain module too)
   local modules="${VERL_USE_EXTERNAL_MODULES:-}"
-  if [[ "$SIGNAL_CHECK" != off ]]; then
-    modules="${modules:+$modules,}verl_ext.launch.step_signal"
-    [[ "$SIGNAL_CHECK" == abort ]] && ARGS+=(+ray_kwargs.ray_init.runtime_env.env_vars.VERL_EXT_SIGNAL_CHECK=abort)
+  modules="${modules:+$modules${patch_modules:+,}}$patch_modules"
+  [[ "$SIGNAL_CHECK" == abort ]] && ARGS+=(+ray_kwargs.ray_init.runtime_env.env_vars.VERL_EXT_SIGNAL_CHECK=abort)
+  # auto: the worker keeps FSDP2 (with the reason) where a Hydra override asks for what the plain module cannot do
+  if [[ "$ACTOR_FSDP" == off && "$actor_fsdp_mode" == auto ]]; then
+    ARGS+=(+ray_kwargs.ray_init.runtime_env.env_vars.VERL_EXT_ACTOR_FSDP=auto)
   fi
-  [[ "$ROLLOUT_WORKER_START" == fork ]] && modules="${modules:+$modules,}verl_ext.launch.vllm_worker_fork"
-  [[ "$OLD_LOG_PROB_PASS" == auto ]] && modules="${modules:+$modules,}verl_ext.launch.on_policy_update"
-  [[ "$LOSS_RESPONSE_CUT" == gather ]] && modules="${modules:+$modules,}verl_ext.launch.response_cut"
-  [[ "$LM_HEAD_POSITIONS" == response ]] && modules="${modules:+$modules,}verl_ext.launch.response_logits"
-  # before compiled_layers: its wrap of verl's FSDP build goes outside this one, so it compiles the plain module too
-  if [[ "$ACTOR_FSDP" == off ]]; then
-    modules="${modules:+$modules,}verl_ext.launch.unsharded_actor"
-    # auto: the worker keeps FSDP2 (with the reason) where a Hydra override asks for what the plain module cannot do
-    [[ "$actor_fsdp_mode" == auto ]] && ARGS+=(+ray_kwargs.ray_init.runtime_env.env_vars.VERL_EXT_ACTOR_FSDP=auto)
-  fi
-  [[ "$ACTOR_COMPILE" == layers ]] && modules="${modules:+$modules,}verl_ext.launch.compiled_layers"
-  [[ "$GC_FREEZE" == 1 ]] && modules="${modules:+$modules,}verl_ext.launch.gc_freeze"
+  [[ "$GC_FREEZE" == watch ]] && ARGS+=(+ray_kwargs.ray_init.runtime_env.env_vars.VERL_EXT_GC_FREEZE=watch)
   if [[ -n "$ROLLOUT_IDLE_SPIN_S" ]]; then
-    modules="${modules:+$modules,}verl_ext.launch.vllm_idle_spin"
     ARGS+=(+ray_kwargs.ray_init.runtime_env.env_vars.VERL_EXT_VLLM_IDLE_SPIN_S="'$ROLLOUT_IDLE_SPIN_S'")
   fi
   if [[ "$modules" != "${VERL_USE_EXTERNAL_MODULES:-}" ]]; then
     [[ "$modules" == *,* ]] && modules="'$modules'"
     ARGS+=(+ray_kwargs.ray_init.runtime_env.env_vars.VERL_USE_EXTERNAL_MODULES="$modules")
   fi
-  if [[ -n "$ROLLOUT_POLL_INTERVAL" ]]; then
-    ARGS+=(trainer.v1.sampler.custom_sampler.path=pkg://verl_ext.replay_buffer
+  if [[ -n "$sampler" ]]; then
+    ARGS+=(trainer.v1.sampler.custom_sampler.path="pkg://$sampler"
       trainer.v1.sampler.custom_sampler.name=poll_replay_buffer
       +trainer.v1.sampler.sampler_kwargs.poll_interval="$ROLLOUT_POLL_INTERVAL")
   fi
@@ -574,9 +611,9 @@ launch() {
   # machines: 108.1 / 118.4 / 120.5 s to step 1 against 179.5 / 164.4 / 198.3 s in verl's order), with
   # ROLLOUT_WORKER_START=fork (grpo_args) and vLLM's compile cache below.
   # driver: verl's TaskRunner runs in this process, which has already imported verl, so one process start and its
-  # imports leave the start-up (verl_ext/launch/task_runner.py); actor: a Ray actor of its own (verl's way)
+  # imports leave the start-up (verl_ext/patches/task_runner.py); actor: a Ray actor of its own (verl's way)
   require_choice TASK_RUNNER "${TASK_RUNNER:=driver}" actor driver
-  # overlap: TransferQueue starts while the trainer starts its workers (verl_ext/launch/transfer_queue_start.py);
+  # overlap: TransferQueue starts while the trainer starts its workers (verl_ext/patches/transfer_queue_start.py);
   # serial: before the trainer (verl's order)
   require_choice TRANSFER_QUEUE_START "${TRANSFER_QUEUE_START:=overlap}" serial overlap
   # vLLM's torch.compile cache (~/.cache/vllm): verl turns it off (constants_ppo.py:93, corrupted artifacts with

@@ -6,7 +6,7 @@ W + scale x BA every step by merging in place (``FSDPEngine._merged_lora_per_ten
 ``merged_lora_context``): it copies the base weights to the host, merges PEFT's adapters into the module's
 parameters, gathers every tensor for the send, then copies the base weights back and clears PEFT's merge records.
 Per step that is a host round trip of the fp32 base weights (0.06 s with our pinned buffers, 0.84 s with verl's
-pageable copies, 0.5B shape on an H100: ``verl_ext/lora_backup.py``), in-place writes to the weights being trained,
+pageable copies, 0.5B shape on an H100: ``verl_ext/patches/lora_backup.py``), in-place writes to the weights being trained,
 and, with the pinned backup, a host copy of the base weights held for the whole run.
 
 This module yields, for each LoRA target, its gathered base weight plus PEFT's own ``get_delta_weight`` of each
@@ -32,7 +32,7 @@ from typing import Any
 import torch
 from torch.distributed.tensor import DTensor
 
-from verl_ext.import_hook import after_import
+from verl_ext.patches.import_hook import after_import
 
 ENGINE_MODULE = "verl.workers.engine.fsdp.transformer_impl"
 MARK = "[verl-ext] lora merged sync"
@@ -52,7 +52,7 @@ def unsupported(module: torch.nn.Module) -> str | None:
     """Why this module's sync must stay verl's (None: it can be computed out of place)."""
     from verl.utils.fsdp_utils import fsdp_version
 
-    if fsdp_version(module) == 1:  # 2: FSDP2; 0: the plain module of ACTOR_FSDP=off (verl_ext/unsharded_actor.py)
+    if fsdp_version(module) == 1:  # 2: FSDP2; 0: the plain module of ACTOR_FSDP=off (verl_ext/patches/unsharded_actor.py)
         return "the module is wrapped with FSDP1"
     for key, layer in lora_layers(module).items():
         for adapter in layer.active_adapters:

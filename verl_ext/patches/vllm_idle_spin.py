@@ -23,7 +23,8 @@ from collections.abc import Mapping
 from types import ModuleType
 from typing import Any
 
-from verl_ext.import_hook import after_import
+from verl_ext.patches.import_hook import after_import
+from verl_ext.patches.registry import BY_MODULE, check
 
 SHM_MODULE = "vllm.distributed.device_communicators.shm_broadcast"
 ENV = "VERL_EXT_VLLM_IDLE_SPIN_S"
@@ -75,4 +76,5 @@ def install() -> None:
         after_import(SHM_MODULE, lambda module: patch_spin_condition(module, seconds))
 
 
+check(BY_MODULE[__name__])  # refuses a vLLM / verl it was not written for, naming the switch
 install()

@@ -24,9 +24,9 @@ reference counting; only a reference cycle among them is never collected.
     update (``update_actor``: the optimizer's state and compiled functions appear there);
   - the trainer's process when training begins (``on_train_begin`` of verl's v1 trainers).
 Each freeze but the silent import-time one prints one line (``[verl-ext] gc freeze ...``) with the objects frozen.
-Load it with ``VERL_USE_EXTERNAL_MODULES=verl_ext.launch.gc_freeze`` (the train scripts do unless ``GC_FREEZE=0``).
+Load it with ``VERL_USE_EXTERNAL_MODULES=verl_ext.patches.gc_freeze`` (the train scripts do unless ``GC_FREEZE=0``).
 
-``watch_pauses()`` (also started by ``install()``; alone: ``verl_ext.launch.gc_watch``) prints one line for each
+``watch_pauses()`` (also started by ``install()``; alone: ``GC_FREEZE=watch``) prints one line for each
 collection of the process that takes ``PAUSE_LOG_S`` or longer (``[verl-ext] gc pause: generation 2, 0.312 s``);
 Ray forwards it to the driver's console under the process's name, and ``bench/gc_pauses.py`` tabulates them, so a
 run shows which of its processes pause and how long.
@@ -43,8 +43,9 @@ from collections.abc import Iterator
 from types import ModuleType
 from typing import Any, Callable
 
-from verl_ext.call_hooks import around_calls, timed_collections
-from verl_ext.import_hook import after_import
+from verl_ext.patches.call_hooks import around_calls, timed_collections
+from verl_ext.patches.import_hook import after_import
+from verl_ext.patches.registry import apply_if_named
 
 MARK = "[verl-ext] gc freeze"
 WORKERS_MODULE = "verl.workers.engine_workers"
@@ -185,3 +186,15 @@ def install() -> None:
     after_import(WORKERS_MODULE, _patch_workers)
     for module_name, class_name in TRAINERS:
         after_import(module_name, _patch_trainer(class_name))
+
+
+def _apply() -> None:
+    """GC_FREEZE=1: freeze and report; GC_FREEZE=watch (VERL_EXT_GC_FREEZE=watch): report without freezing."""
+    if os.environ.get("VERL_EXT_GC_FREEZE") == "watch":
+        watch_pauses()
+    else:
+        install()
+
+
+# verl imports this module by name (VERL_USE_EXTERNAL_MODULES): check the versions, then apply
+apply_if_named(__name__, _apply)

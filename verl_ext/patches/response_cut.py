@@ -8,7 +8,7 @@ build one index on the device and gather: the same values, and for values that c
 gradient (each value is copied once; padding positions contribute zero).
 
 - ``response_values``: ``response_from_nested``'s result (a jagged nested tensor over the responses), used by
-  ``OLD_LOG_PROB_PASS=auto`` for the old log-probs (``verl_ext.on_policy_update``).
+  ``OLD_LOG_PROB_PASS=auto`` for the old log-probs (``verl_ext.patches.on_policy_update``).
 - ``response_padded``: ``no_padding_2_padding``'s result (a padded ``(batch, max_response_len, ...)`` tensor), which
   verl's PPO loss computes for the new log-probs every micro batch. ``install()`` puts it in place of verl's in
   ``verl.workers.utils.losses`` (``LOSS_RESPONSE_CUT=gather``, loaded through ``VERL_USE_EXTERNAL_MODULES``).
@@ -20,7 +20,8 @@ import functools
 from types import ModuleType
 from typing import Any, Callable
 
-from verl_ext.import_hook import after_import
+from verl_ext.patches.import_hook import after_import
+from verl_ext.patches.registry import apply_if_named
 
 LOSSES_MODULE = "verl.workers.utils.losses"
 _PATCHED = "_verl_ext_response_cut"
@@ -106,3 +107,7 @@ def patch_losses(losses: ModuleType) -> None:
 def install() -> None:
     """Patch verl's losses module now if imported, else as soon as it is."""
     after_import(LOSSES_MODULE, patch_losses)
+
+
+# verl imports this module by name (VERL_USE_EXTERNAL_MODULES): check the versions, then apply
+apply_if_named(__name__, install)

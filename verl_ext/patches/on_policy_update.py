@@ -23,9 +23,9 @@ LoRA and a KL loss, until the first update (verl's reference pass must not be th
 Differences from verl's pass are numerical only: the pass runs in eval mode under its own micro batching, so its
 ratio is 1 up to rounding (and up to LoRA dropout, which only the update applies).
 
-Importing this module changes nothing; ``install()`` does. The train scripts load ``verl_ext.launch.on_policy_update``
+Importing this module changes nothing; ``install()`` does. The train scripts load ``verl_ext.patches.on_policy_update``
 (which calls it) in every process that imports verl through ``VERL_USE_EXTERNAL_MODULES`` (the driver, the
-TaskRunner and every Ray worker); the patches wait for verl's modules to be imported (``verl_ext.import_hook``).
+TaskRunner and every Ray worker); the patches wait for verl's modules to be imported (``verl_ext.patches.import_hook``).
 verl's legacy trainer (``ray_trainer.py``) is not patched and keeps its pass.
 """
 
@@ -38,8 +38,9 @@ import sys
 from types import ModuleType
 from typing import Any, Callable
 
-from verl_ext.import_hook import after_import
-from verl_ext.response_cut import LOSSES_MODULE, response_values
+from verl_ext.patches.import_hook import after_import
+from verl_ext.patches.response_cut import LOSSES_MODULE, response_values
+from verl_ext.patches.registry import apply_if_named
 
 TRAINER_MODULE = "verl.trainer.ppo.v1.trainer_base"
 OLD_FROM_UPDATE = "verl_ext_old_log_probs_from_update"
@@ -203,3 +204,7 @@ def install() -> None:
     """Patch verl's trainer and actor loss now where imported, else as soon as they are."""
     after_import(TRAINER_MODULE, patch_trainer)
     after_import(LOSSES_MODULE, patch_losses)
+
+
+# verl imports this module by name (VERL_USE_EXTERNAL_MODULES): check the versions, then apply
+apply_if_named(__name__, install)

@@ -20,7 +20,7 @@ What it refuses, by name: more than one rank (each would train its own copy), a 
 master weights and computes norms and embeddings in bf16; autocast cannot reproduce that), FSDP1, offloading,
 fp16 compute (verl's loss scaler is FSDP's), QAT and activation offloading; under ``ACTOR_FSDP=auto`` (the train
 scripts' default) such an engine keeps FSDP2 and the reason goes to the log. A forward-only engine (a separate
-reference model) keeps verl's build. Loaded as ``verl_ext.launch.unsharded_actor`` through
+reference model) keeps verl's build. Loaded as ``verl_ext.patches.unsharded_actor`` through
 ``VERL_USE_EXTERNAL_MODULES``.
 """
 
@@ -36,7 +36,8 @@ from typing import Any
 
 import torch
 
-from verl_ext.import_hook import after_import
+from verl_ext.patches.import_hook import after_import
+from verl_ext.patches.registry import apply_if_named
 
 ENGINE_MODULE = "verl.workers.engine.fsdp.transformer_impl"
 _PATCHED = "_verl_ext_unsharded_actor"
@@ -129,14 +130,14 @@ def patch_engine(transformer_impl: ModuleType) -> None:
         world_size = torch.distributed.get_world_size() if torch.distributed.is_initialized() else 1
         reason = refusal(self, world_size)
         if reason is not None and os.environ.get(MODE_ENV) == "auto":
-            logger.warning("verl_ext.unsharded_actor: ACTOR_FSDP=auto keeps FSDP2 for this actor: %s", reason)
+            logger.warning("verl_ext.patches.unsharded_actor: ACTOR_FSDP=auto keeps FSDP2 for this actor: %s", reason)
             return verl_build(self, module)
         if reason is not None:
             raise ValueError(f"{SWITCH}: {reason}")
         dtype = compute_dtype(self.engine_config)
         self._autocast_dtype = dtype  # verl's forward_step runs under torch.autocast with it (none for fp32)
         self.scaler = None
-        logger.warning("verl_ext.unsharded_actor: the actor is a plain module on one GPU (no FSDP units); frozen "
+        logger.warning("verl_ext.patches.unsharded_actor: the actor is a plain module on one GPU (no FSDP units); frozen "
                        "weights in %s, the adapter in its own dtype", dtype)
         return unsharded(module, dtype, transformer_impl.get_device_id())
 
@@ -159,3 +160,7 @@ def patch_engine(transformer_impl: ModuleType) -> None:
 def install() -> None:
     """Patch verl's FSDP engine now if imported, else as soon as it is."""
     after_import(ENGINE_MODULE, patch_engine)
+
+
+# verl imports this module by name (VERL_USE_EXTERNAL_MODULES): check the versions, then apply
+apply_if_named(__name__, install)

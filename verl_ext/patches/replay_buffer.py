@@ -10,7 +10,7 @@ config key reaches it: every rollout phase ends on a 2 s grid (every ``timing_s/
 (``trainer.v1.sampler.custom_sampler.{path,name}``, trainer_base.py:145-152, called with
 ``sampler_kwargs``); this module is that hook:
 
-    trainer.v1.sampler.custom_sampler.path=pkg://verl_ext.replay_buffer
+    trainer.v1.sampler.custom_sampler.path=pkg://verl_ext.patches.replay_buffer
     trainer.v1.sampler.custom_sampler.name=poll_replay_buffer
     +trainer.v1.sampler.sampler_kwargs.poll_interval=0.02
 
@@ -33,7 +33,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-SAMPLER_PATH = "pkg://verl_ext.replay_buffer"
+SAMPLER_PATH = "pkg://verl_ext.patches.replay_buffer"
 SAMPLER_NAME = "poll_replay_buffer"
 KWARGS_KEY = "trainer.v1.sampler.sampler_kwargs"
 VERL_DEFAULT_POLL_S = 2.0  # verl/trainer/ppo/v1/replay_buffer.py:144

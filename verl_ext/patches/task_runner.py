@@ -78,6 +78,9 @@ def apply_actor_environment(runtime_env: Any) -> None:
         from verl.utils.import_utils import import_external_libs
 
         import_external_libs(modules.split(","))
+        from verl_ext.patches.registry import apply_pending
+
+        apply_pending()  # a named patch module imported before the variable was set installs now
     if "OMP_NUM_THREADS" not in os.environ:  # Ray's rule for an actor without num_cpus
         os.environ["OMP_NUM_THREADS"] = "1"
         import torch

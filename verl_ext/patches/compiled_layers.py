@@ -9,15 +9,15 @@ then in the backward, each op a Python call into PyTorch.
 ``compile_decoder_layers(module)`` compiles each decoder layer's ``forward`` with ``torch.compile`` (dynamic shapes:
 a packed micro batch's token count changes every step). Only the layer's body is compiled: FSDP2's hooks,
 activation checkpointing (Hugging Face's, around the layer's call) and verl's code around the model stay eager, and
-``verl_ext.attention``'s packed attention runs eagerly inside the layer (its boundaries are read from the device).
+``verl_ext.patches.attention``'s packed attention runs eagerly inside the layer (its boundaries are read from the device).
 Every layer has the same code, so the graphs are compiled once, on the first micro batch, and reused by all layers
 and later shapes. The first update pays for the compilation (tens of seconds; PyTorch's on-disk cache makes a
 later run on the same machine quicker).
 
 ``install()`` wraps verl 0.9.1's ``FSDPEngine._build_fsdp_module`` so that every FSDP2 engine (the actor, and a
 separate reference model) compiles its layers once FSDP2 has wrapped them, and so does the plain module of
-``ACTOR_FSDP=off`` (``verl_ext.unsharded_actor``, which the train scripts load first, so that this wrap is outside).
-Loaded as ``verl_ext.launch.compiled_layers`` through ``VERL_USE_EXTERNAL_MODULES`` (``ACTOR_COMPILE=layers``).
+``ACTOR_FSDP=off`` (``verl_ext.patches.unsharded_actor``, which the train scripts load first, so that this wrap is outside).
+Loaded as ``verl_ext.patches.compiled_layers`` through ``VERL_USE_EXTERNAL_MODULES`` (``ACTOR_COMPILE=layers``).
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ from typing import Any
 
 import torch
 
-from verl_ext.import_hook import after_import
+from verl_ext.patches.import_hook import after_import
+from verl_ext.patches.registry import apply_if_named
 
 ENGINE_MODULE = "verl.workers.engine.fsdp.transformer_impl"
 _PATCHED = "_verl_ext_compiled_layers"
@@ -101,7 +102,7 @@ def patch_engine(transformer_impl: ModuleType) -> None:
         wrap_policy = getattr(self.engine_config, "wrap_policy", None) or {}
         configured = wrap_policy.get("transformer_layer_cls_to_wrap") if hasattr(wrap_policy, "get") else None
         count = compile_decoder_layers(module, layer_class_names(module, configured))
-        logger.warning("verl_ext.compiled_layers: %d decoder layers compiled with torch.compile (dynamic shapes); "
+        logger.warning("verl_ext.patches.compiled_layers: %d decoder layers compiled with torch.compile (dynamic shapes); "
                        "the first micro batch compiles them", count)
         return module
 
@@ -112,3 +113,7 @@ def patch_engine(transformer_impl: ModuleType) -> None:
 def install() -> None:
     """Patch verl's FSDP engine now if imported, else as soon as it is."""
     after_import(ENGINE_MODULE, patch_engine)
+
+
+# verl imports this module by name (VERL_USE_EXTERNAL_MODULES): check the versions, then apply
+apply_if_named(__name__, install)

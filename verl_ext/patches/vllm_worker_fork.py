@@ -29,7 +29,8 @@ import threading
 from types import ModuleType
 from typing import Any, Callable
 
-from verl_ext.import_hook import after_import
+from verl_ext.patches.import_hook import after_import
+from verl_ext.patches.registry import BY_MODULE, check
 
 ENGINE_UTILS = "vllm.v1.engine.utils"
 START_METHOD = "VLLM_WORKER_MULTIPROC_METHOD"
@@ -91,4 +92,5 @@ def install() -> None:
     after_import(ENGINE_UTILS, patch_engine_launch)
 
 
+check(BY_MODULE[__name__])  # refuses a vLLM / verl it was not written for, naming the switch
 install()

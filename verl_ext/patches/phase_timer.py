@@ -13,7 +13,7 @@ it; that costs a few synchronizations per micro batch, so timings taken with it 
 for the headline step time. The line also counts the Python garbage collections of the worker since the previous
 line (``gc_gen0`` .. ``gc_gen2``: time and number), which can stall any phase.
 
-Load it in every process that imports verl with ``VERL_USE_EXTERNAL_MODULES=verl_ext.launch.phase_timer``
+Load it in every process that imports verl with ``VERL_USE_EXTERNAL_MODULES=verl_ext.patches.phase_timer``
 (the train scripts pass that variable to every Ray worker and keep the modules they add themselves);
 ``bench/phase_times.py`` tabulates the lines of a console log. Importing this module changes nothing.
 """
@@ -28,8 +28,9 @@ from collections import defaultdict
 from types import ModuleType
 from typing import Any, Callable
 
-from verl_ext.call_hooks import around_calls, timed_collections
-from verl_ext.import_hook import after_import
+from verl_ext.patches.call_hooks import around_calls, timed_collections
+from verl_ext.patches.import_hook import after_import
+from verl_ext.patches.registry import apply_if_named
 
 MARK = "[verl-ext] phase times"
 WORKERS_MODULE = "verl.workers.engine_workers"
@@ -174,3 +175,7 @@ def install() -> None:
     after_import(WORKERS_MODULE, _patch_workers)
     after_import(VLLM_ROLLOUT_MODULE, lambda module: _patch(module, ROLLOUT_PHASES))
     after_import(SENDER_MODULE, lambda module: _patch(module, SENDER_PHASES))
+
+
+# verl imports this module by name (VERL_USE_EXTERNAL_MODULES): check the versions, then apply
+apply_if_named(__name__, install)

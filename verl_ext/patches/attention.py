@@ -8,7 +8,7 @@ padded rows instead (every row padded to the longest one of its micro batch). Th
 (the FlashAttention-2 kernel that ships inside PyTorch >= 2.10) over the sequence boundaries read off
 ``position_ids``, each sequence restarting at 0, as transformers' flash-attention path reads them.
 
-Import it before the model is built (verl: ``actor_rollout_ref.model.external_lib=verl_ext.attention``; the train
+Import it before the model is built (verl: ``actor_rollout_ref.model.external_lib=verl_ext.patches.attention``; the train
 scripts set it with ``ATTN_IMPLEMENTATION=torch_varlen``), then load the model with
 ``attn_implementation="torch_varlen"``. Inputs with a padding mask or a KV cache (generation) take transformers'
 SDPA path unchanged; on a CPU the packed path runs SDPA once per sequence (same result, for tests).
@@ -107,7 +107,7 @@ def packed_causal_attention(query: torch.Tensor, key: torch.Tensor, value: torch
 
     query: (batch, heads, seq, dim); key/value: (batch, heads, seq, dim) (key-value heads already repeated).
     Returns (batch, seq, heads, dim), the layout transformers' attention functions return. Runs eagerly inside a
-    compiled decoder layer (``verl_ext.compiled_layers``): the boundaries are read back from the device and cached
+    compiled decoder layer (``verl_ext.patches.compiled_layers``): the boundaries are read back from the device and cached
     in Python, which a graph cannot hold.
     """
     batch, heads, seq, dim = query.shape

@@ -10,7 +10,7 @@ logger's metrics.jsonl, the console line and W&B; then ``verl_ext.signal_alarm``
 
 The metrics never stop training: any error is caught, counted in ``signal/errors`` and printed once with its
 traceback. Only ``SIGNAL_CHECK=abort`` stops a run (``NoLearningSignal``, raised after the step's metrics are
-logged). Loaded by ``verl_ext.launch.step_signal`` through ``VERL_USE_EXTERNAL_MODULES`` (the train scripts do
+logged). Loaded by ``verl_ext.patches.step_signal`` through ``VERL_USE_EXTERNAL_MODULES`` (the train scripts do
 unless ``SIGNAL_CHECK=off``); importing this module changes nothing.
 """
 
@@ -27,8 +27,9 @@ from types import ModuleType
 from typing import Any
 
 from verl_ext.group_stats import Reply, step_metrics
-from verl_ext.import_hook import after_import
+from verl_ext.patches.import_hook import after_import
 from verl_ext.signal_alarm import MARK, MODE_VAR, MODES, NoLearningSignal, SignalAlarm
+from verl_ext.patches.registry import apply_if_named
 
 TRAINER_MODULE = "verl.trainer.ppo.v1.trainer_base"
 FIELDS = ["uid", "rm_scores", "extra_fields", "extra_info"]
@@ -164,3 +165,7 @@ def _group_of_key(key: Any) -> str:
 def install() -> None:
     """Patch verl's v1 trainer now where imported, else as soon as it is."""
     after_import(TRAINER_MODULE, patch_trainer)
+
+
+# verl imports this module by name (VERL_USE_EXTERNAL_MODULES): check the versions, then apply
+apply_if_named(__name__, install)

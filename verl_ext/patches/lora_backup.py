@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from verl_ext.lora_base_weights import base_weights, local_shard
+from verl_ext.patches.lora_base_weights import base_weights, local_shard
 
 _BUFFERS: "weakref.WeakKeyDictionary[torch.nn.Module, dict[str, torch.Tensor]]" = weakref.WeakKeyDictionary()
 _VERL_FUNCTIONS: dict[str, Any] = {}

@@ -19,7 +19,7 @@ prompt positions; at the realistic load (~330-token responses) about 30 %.
   the gradients are verl's, up to the rounding of matrix products over fewer rows.
 
 verl's ``triton`` backend (``FUSED_KERNELS_BACKEND=triton``) is not patched. Loaded as
-``verl_ext.launch.response_logits`` through ``VERL_USE_EXTERNAL_MODULES`` (``LM_HEAD_POSITIONS=response``).
+``verl_ext.patches.response_logits`` through ``VERL_USE_EXTERNAL_MODULES`` (``LM_HEAD_POSITIONS=response``).
 """
 
 from __future__ import annotations
@@ -30,8 +30,9 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Callable
 
-from verl_ext.import_hook import after_import
-from verl_ext.response_cut import response_index
+from verl_ext.patches.import_hook import after_import
+from verl_ext.patches.response_cut import response_index
+from verl_ext.patches.registry import apply_if_named
 
 ENGINE_MODULE = "verl.workers.engine.fsdp.transformer_impl"
 HEAD_MODULE = "verl.utils.experimental.torch_functional"
@@ -133,3 +134,7 @@ def install() -> None:
     """Patch verl's FSDP engine and fused head now where imported, else as soon as they are."""
     after_import(HEAD_MODULE, patch_head)
     after_import(ENGINE_MODULE, patch_engine)
+
+
+# verl imports this module by name (VERL_USE_EXTERNAL_MODULES): check the versions, then apply
+apply_if_named(__name__, install)

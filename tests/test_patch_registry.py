@@ -1,0 +1,169 @@
+"""The patch registry (verl_ext/patches/registry.py, issue 46): the train scripts compose the same main_ppo command
+as before the patches moved, PATCHES=off composes plain verl, a patch refuses a verl / vLLM it was not written for
+(before Ray starts, naming its switch), and ``verl-ext patches`` / ``--dry-run`` list what a run applies."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from verl_ext.patches import registry
+from verl_ext.patches.registry import BY_MODULE, BY_NAME, PATCHES, version_problems
+
+from patch_switch_cases import CASES, FIXED_ENV, SCRIPTS, command
+
+REPO = Path(__file__).resolve().parents[1]
+FIXTURE = json.loads((REPO / "tests/fixtures/patch_commands.json").read_text())
+MOVED = ("attention|call_hooks|compiled_layers|gc_freeze|import_hook|lora_backup|lora_base_weights|lora_merged_sync|"
+         "on_policy_update|phase_timer|replay_buffer|response_cut|response_logits|unsharded_actor|step_signal|"
+         "vllm_worker_fork|vllm_idle_spin|transfer_queue_start|task_runner")
+
+
+def renamed(arg: str) -> str:
+    """A recorded argument with the module paths of before the move (verl_ext.X, verl_ext.launch.X)."""
+    return re.sub(rf"verl_ext\.(launch\.)?({MOVED})\b", r"verl_ext.patches.\2", arg)
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+@pytest.mark.parametrize("case", list(CASES))
+def test_the_composed_command_is_the_one_recorded_before_the_move(script, case):
+    assert command(script, CASES[case]) == [renamed(arg) for arg in FIXTURE[script][case]]
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_patches_off_composes_plain_verl(script):
+    argv = command(script, {"PATCHES": "off"})
+    text = " ".join(argv)
+    assert argv[1:3] == ["-m", "verl.trainer.main_ppo"]
+    assert "verl_ext.patches" not in text and "VERL_USE_EXTERNAL_MODULES" not in text
+    assert "external_lib" not in text and "custom_sampler" not in text and "VERL_EXT_" not in text
+    assert "+actor_rollout_ref.model.override_config.attn_implementation=sdpa" in argv
+    # the plugins stay: they fill verl's config slots and replace nothing of verl
+    assert "data.custom_cls.path=pkg://verl_ext.dataset" in argv
+    assert "reward.custom_reward_function.path=pkg://verl_ext.reward" in argv
+    assert command(script, {"PATCHES": "off", "SIGNAL_CHECK": "off"}) == argv  # a switch at its off value is fine
+
+
+@pytest.mark.parametrize("switch, value", [("GC_FREEZE", "1"), ("ACTOR_COMPILE", "layers"),
+                                           ("VERL_USE_EXTERNAL_MODULES", "verl_ext.patches.phase_timer")])
+def test_patches_off_refuses_a_switch_that_asks_for_a_patch(switch, value):
+    import os
+
+    environ = {k: v for k, v in os.environ.items() if k not in ("PATCHES", switch)}
+    result = subprocess.run(["bash", str(REPO / "train/scripts/openspiel-ppo.sh"), "--dry-run"],
+                            env={**environ, **FIXED_ENV, "PATCHES": "off", switch: value},
+                            capture_output=True, text=True, cwd=REPO)
+    assert result.returncode == 2
+    assert f"PATCHES=off runs plain verl, but {switch}={value}" in result.stderr
+
+
+def test_every_patch_module_lives_in_the_patches_package_and_names_its_evidence_and_test():
+    for patch in PATCHES:
+        assert patch.module == f"verl_ext.patches.{patch.name}"
+        assert (REPO / patch.module.replace(".", "/")).with_suffix(".py").is_file()
+        assert (REPO / patch.test).is_file(), patch.test
+        for folder in patch.evidence:
+            assert (REPO / folder).is_dir(), folder
+        for helper in patch.helpers:
+            assert (REPO / helper.replace(".", "/")).with_suffix(".py").is_file(), helper
+        assert patch.verl == registry.VERL and patch.replaces and patch.effect
+        if patch.default == patch.off:  # not a default: the registry says why it is kept
+            assert "opt-in" in patch.effect or "diagnostic" in patch.effect, patch.name
+    # the forwarding modules are gone; nothing of the patches stays flat in verl_ext/ or verl_ext/launch/
+    for patch in PATCHES:
+        assert not (REPO / "verl_ext" / f"{patch.name}.py").exists()
+        assert not (REPO / "verl_ext/launch" / f"{patch.name}.py").exists()
+
+
+def test_a_patch_refuses_another_verl_naming_its_switch():
+    problems = version_problems(BY_NAME["response_logits"], {"verl": "0.9.2", "vllm": None})
+    assert len(problems) == 1
+    assert "written for verl 0.9.1, and verl 0.9.2 is installed" in problems[0]
+    assert "LM_HEAD_POSITIONS=all" in problems[0] and "PATCHES=off" in problems[0]
+    assert version_problems(BY_NAME["vllm_worker_fork"], {"verl": "0.9.1", "vllm": "0.25.0"})[0].count(
+        "ROLLOUT_WORKER_START=spawn") == 1
+    assert version_problems(BY_NAME["response_logits"], {"verl": "0.9.1", "vllm": "0.25.0"}) == []
+    assert "out of VERL_USE_EXTERNAL_MODULES" in version_problems(BY_NAME["phase_timer"], {"verl": "1.0"})[0]
+
+
+def test_the_preflight_refuses_a_patch_for_another_verl_before_ray_starts(monkeypatch):
+    from verl_ext.launch.preflight import compose
+    from verl_ext.launch.switches import check_switches, patch_modules
+    from test_train_scripts import overrides_of
+
+    cfg = compose("ppo_trainer", overrides_of(command("openspiel-ppo.sh", {})))
+    assert set(patch_modules(cfg)) == {p.module for p in PATCHES if p.default and p.default != p.off
+                                       and p.loaded_by != "launcher"}
+    assert not [p for p in check_switches(cfg, {}, check_imports=False) if "written for" in p]
+    monkeypatch.setattr(registry, "installed", lambda package: {"verl": "0.9.2"}.get(package))
+    problems = [p for p in check_switches(cfg, {}, check_imports=False) if "written for" in p]
+    assert len(problems) == len(patch_modules(cfg))
+    assert any("GC_FREEZE=0" in p for p in problems)
+
+
+def test_ppo_main_refuses_the_launcher_patches_for_another_verl(monkeypatch, capsys):
+    from verl_ext.launch import ppo_main
+
+    monkeypatch.setattr(registry, "installed", lambda package: {"verl": "0.9.2"}.get(package))
+    ran = []
+    status = ppo_main.main(["--no-preflight", "--task-runner", "driver"], run_verl=lambda *a: ran.append(a))
+    assert status == 2 and not ran
+    assert "TASK_RUNNER=actor" in capsys.readouterr().err
+
+
+def test_a_patch_module_applies_only_when_verl_imports_it_by_name_and_checks_first(monkeypatch):
+    monkeypatch.setattr(registry, "_INSTALLS", {})
+    monkeypatch.setattr(registry, "_APPLIED", set())
+    applied = []
+    monkeypatch.delenv("VERL_USE_EXTERNAL_MODULES", raising=False)
+    assert not registry.apply_if_named("verl_ext.patches.response_cut", lambda: applied.append("cut"))
+    assert applied == []
+    monkeypatch.setenv("VERL_USE_EXTERNAL_MODULES", "my_own.module,verl_ext.patches.on_policy_update,"
+                                                    "verl_ext.patches.response_cut")
+    # on_policy_update imports response_cut first: response_cut waits, then both install in the variable's order
+    assert not registry.apply_if_named("verl_ext.patches.response_cut", lambda: applied.append("cut"))
+    assert registry.apply_if_named("verl_ext.patches.on_policy_update", lambda: applied.append("policy"))
+    assert applied == ["policy", "cut"]
+    registry.apply_pending()
+    assert applied == ["policy", "cut"]  # once each
+
+
+def test_a_patch_refuses_to_install_on_another_verl(monkeypatch):
+    monkeypatch.setattr(registry, "_INSTALLS", {})
+    monkeypatch.setattr(registry, "_APPLIED", set())
+    monkeypatch.setenv("VERL_USE_EXTERNAL_MODULES", "verl_ext.patches.response_cut")
+    monkeypatch.setattr(registry, "installed", lambda package: {"verl": "0.10.0"}.get(package))
+    applied = []
+    with pytest.raises(registry.VersionMismatch, match="LOSS_RESPONSE_CUT=verl"):
+        registry.apply_if_named("verl_ext.patches.response_cut", lambda: applied.append(1))
+    assert applied == []
+
+
+def test_the_listing_of_verl_ext_patches_and_of_the_dry_run_agree():
+    import os
+
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("PATCHES", "GC_", "ACTOR_", "VERL_"))}
+    cli = subprocess.run([sys.executable, "-m", "verl_ext.cli", "patches"], capture_output=True, text=True,
+                         env={**environ, "ACTOR_COMPILE": "layers"}, cwd=REPO, check=True).stdout
+    dry = subprocess.run(["bash", str(REPO / "train/scripts/openspiel-ppo.sh"), "--dry-run"], capture_output=True,
+                         text=True, env={**environ, **FIXED_ENV, "PYTHON": sys.executable, "ACTOR_COMPILE": "layers"},
+                         cwd=REPO, check=True).stderr
+    rows = [line for line in cli.splitlines() if line.startswith("  ")]
+    assert len(rows) == len(PATCHES) and all(row in dry for row in rows)
+    assert "ON  compiled_layers       ACTOR_COMPILE=layers (default off" in cli
+    assert "ON  gc_freeze" in cli and "off response_cut" in cli
+    off = subprocess.run([sys.executable, "-m", "verl_ext.cli", "patches"], capture_output=True, text=True,
+                         env={**environ, "PATCHES": "off"}, cwd=REPO, check=True).stdout
+    assert "PATCHES=off: plain verl" in off and "  ON " not in off
+
+
+def test_every_module_of_the_patches_package_is_a_patch_or_a_helper_of_one():
+    helpers = {h for p in PATCHES for h in p.helpers} | set(BY_MODULE)
+    modules = {f"verl_ext.patches.{path.stem}" for path in (REPO / "verl_ext/patches").glob("*.py")}
+    assert modules - helpers == {"verl_ext.patches.__init__", "verl_ext.patches.registry",
+                                 "verl_ext.patches.listing"}
