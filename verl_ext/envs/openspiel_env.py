@@ -9,7 +9,7 @@ import random
 import zlib
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 import pyspiel
@@ -25,9 +25,9 @@ from .cfr_policy import DEFAULT_SOLVER, MAX_ITERATIONS, cfr_policy, cfr_problem
 from .config import ConfigError, from_mapping
 from .episode import MoveCheck, Opponent, UtilityRange
 from .game_settings import GameSettings
+from .openspiel_episode import OpenSpielEpisode
+from .openspiel_rules import legal_move_actions, load_game, normalised_return
 
-if TYPE_CHECKING:
-    from .openspiel_episode import OpenSpielEpisode
 
 DEFAULT_CASES: tuple[str, ...] = (
     "hex(board_size=7)",
@@ -128,27 +128,6 @@ def case_from_parts(game: str, params: dict[str, Any] | None) -> str:
     if not params:
         return game
     return f"{game}({','.join(f'{k}={v}' for k, v in sorted(params.items()))})"
-
-
-@lru_cache(maxsize=256)
-def load_game(case: str) -> pyspiel.Game:
-    """Load (once per process) the game behind a case string."""
-    return pyspiel.load_game(case)
-
-
-def legal_move_actions(state: pyspiel.State) -> dict[str, int]:
-    """Legal moves of the player to move, by the move string a model writes (first action wins on a tie)."""
-    player = state.current_player()
-    moves: dict[str, int] = {}
-    for action in state.legal_actions(player):
-        moves.setdefault(state.action_to_string(player, action), action)
-    return moves
-
-
-def normalised_return(game: pyspiel.Game, value: float) -> float:
-    """A return mapped to [0, 1] by the game's utility range (0.5 when the range is empty)."""
-    lo, hi = game.min_utility(), game.max_utility()
-    return min(1.0, max(0.0, (value - lo) / (hi - lo))) if hi > lo else 0.5
 
 
 @lru_cache(maxsize=256)
@@ -328,8 +307,6 @@ class OpenSpielAdapter:
 
     def start_episode(self, case: str, seed: int, seat: int) -> OpenSpielEpisode:
         """A full game of ``case``: chance outcomes and bots seeded from ``seed``; the policy in ``seat``."""
-        from .openspiel_episode import OpenSpielEpisode
-
         return OpenSpielEpisode(self, case, seed, seat)
 
     def opponent_problem(self, case: str, opponent: Opponent) -> str | None:

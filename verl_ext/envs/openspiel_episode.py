@@ -14,7 +14,7 @@ from ..seeding import stable_seed
 from .bot_ties import TieBreakingMCTSBot
 from .cfr_policy import DEFAULT_SOLVER, cfr_policy
 from .episode import MoveCheck, Opponent
-from .openspiel_env import legal_move_actions, load_game, normalised_return
+from .openspiel_rules import legal_move_actions, load_game, normalised_return
 
 if TYPE_CHECKING:
     from .openspiel_env import OpenSpielAdapter
