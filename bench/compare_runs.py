@@ -17,26 +17,27 @@ from pathlib import Path
 
 import matplotlib
 
+from verl_ext.runlog import Steps, read_runs
+
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 
-def read_rows(pattern: str) -> list[dict]:
-    """The metric rows of every file matching ``pattern``, in file order."""
-    paths = sorted(glob.glob(pattern)) or [pattern]
-    return [json.loads(line) for path in paths for line in open(path) if line.strip()]
+def read_run_metrics(pattern: str) -> Steps:
+    """verl's metrics of every file matching ``pattern``, read in name order as one run (``runlog.read_runs``)."""
+    paths = [Path(p) for p in sorted(glob.glob(pattern))] or [Path(pattern)]
+    return read_runs(paths)[0]
 
 
-def series(rows: list[dict], key: str) -> list[tuple[int, float]]:
-    """(step, value) of ``key`` in the rows that have it; a later row for a step replaces an earlier one."""
-    points = {int(r["step"]): float(r["data"][key]) for r in rows if key in r.get("data", {})}
-    return sorted(points.items())
+def series(metrics: Steps, key: str) -> list[tuple[int, float]]:
+    """(step, value) of ``key`` at the steps that have it."""
+    return [(step, values[key]) for step, values in sorted(metrics.items()) if key in values]
 
 
-def val_key(rows: list[dict], case: str) -> str | None:
+def val_key(metrics: Steps, case: str) -> str | None:
     """The validation reward key of ``case`` (whatever its data source)."""
-    for row in rows:
-        for key in row.get("data", {}):
+    for values in metrics.values():
+        for key in values:
             if key.startswith("val-core/") and key.split("/")[2] == case and key.endswith("reward/mean@1"):
                 return key
     return None
@@ -56,16 +57,16 @@ def main(argv: list[str] | None = None) -> None:
         name, sep, pattern = spec.partition("=")
         if not sep or not name or not pattern:
             parser.error(f"--run: expected NAME=METRICS_GLOB, got {spec!r}")
-        runs[name] = read_rows(pattern)
+        runs[name] = read_run_metrics(pattern)
     panels = [(key, key) for key in args.keys.split(",") if key]
     panels += [(f"held-out {case} (greedy)", case) for case in args.val.split(",") if case]
     fig, axes = plt.subplots(1, len(panels), figsize=(4.6 * len(panels), 3.8), squeeze=False)
     plotted: dict[str, dict[str, list]] = {}
     for ax, (title, key) in zip(axes[0], panels):
         is_val = key in args.val.split(",")
-        for name, rows in runs.items():
-            metric = val_key(rows, key) if is_val else key
-            points = series(rows, metric) if metric else []
+        for name, metrics in runs.items():
+            metric = val_key(metrics, key) if is_val else key
+            points = series(metrics, metric) if metric else []
             if points:
                 steps, values = zip(*points)
                 ax.plot(steps, values, marker="o" if is_val else None, label=name)

@@ -8,11 +8,11 @@ this test's Python, and records the main_ppo argv instead of starting verl.
 from __future__ import annotations
 
 import os
-import stat
 import subprocess
 import sys
 from pathlib import Path
 
+from test_interpreter_check import executable
 from test_train_scripts import overrides_of
 from verl_ext.launch.preflight import main as preflight_main
 
@@ -23,17 +23,15 @@ KEY = "+ray_kwargs.ray_init.runtime_env.env_vars.VERL_EXT_SAMPLE_LOG="
 def launched_argv(tmp_path: Path, **extra: str) -> list[str]:
     """The argv the GRPO script hands to main_ppo, with ``extra`` in the environment."""
     recorded = tmp_path / "argv.txt"
-    wrapper = tmp_path / "python"
-    wrapper.write_text(
-        "#!/bin/bash\n"
-        '[[ "$1" == *launch/interpreter.py ]] && exit 0\n'
-        'for a in "$@"; do\n'
-        '  if [[ "$a" == verl.trainer.main_ppo || "$a" == verl_ext.launch.ppo_main ]]; then\n'
-        f'    printf "%s\\n" "$@" > {recorded}; exit 0\n'
-        "  fi\n"
-        "done\n"
-        f'exec {sys.executable} "$@"\n')
-    wrapper.chmod(wrapper.stat().st_mode | stat.S_IXUSR)
+    script = ("#!/bin/bash\n"
+              '[[ "$1" == *launch/interpreter.py ]] && exit 0\n'
+              'for a in "$@"; do\n'
+              '  if [[ "$a" == verl.trainer.main_ppo || "$a" == verl_ext.launch.ppo_main ]]; then\n'
+              f'    printf "%s\\n" "$@" > {recorded}; exit 0\n'
+              "  fi\n"
+              "done\n"
+              f'exec {sys.executable} "$@"\n')
+    wrapper = executable(tmp_path / "python", script)
     env = {k: v for k, v in os.environ.items()
            if k not in ("RAY_ADDRESS", "VERL_EXT_SAMPLE_LOG", "VERL_EXT_SAMPLE_TEXTS", "RUN_PROFILE")}
     env.update(PYTHON=str(wrapper), RUN_PROFILE="smoke", LOG_DIR=str(tmp_path / "logs"), **extra)
