@@ -85,7 +85,7 @@ SMALL_ENV = {
 
 @pytest.fixture(autouse=True)
 def _stop_kills_only_test_processes(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The bench scripts' `stop` ends Ray's and vLLM's processes host-wide (bench/lent_gpu_env.sh end_leftovers),
+    """The bench scripts' `stop` ends Ray's and vLLM's processes host-wide (bench/device/lent_gpu_env.sh end_leftovers),
     which is right on a lent GPU machine; under the tests it matches only a marker no real process carries, and
     does not wait for the GPU."""
     monkeypatch.setenv("LEFTOVER_PATTERN", "verl-ext-tests-no-such-process")
@@ -95,7 +95,7 @@ def _stop_kills_only_test_processes(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture(autouse=True)
 def _no_vllm_start_method_left_behind(monkeypatch: pytest.MonkeyPatch) -> None:
-    """vLLM entry points called in-process (bench/vllm_offline.py, the eval backend) set VLLM_WORKER_MULTIPROC_METHOD
+    """vLLM entry points called in-process (bench/speed/vllm_offline.py, the eval backend) set VLLM_WORKER_MULTIPROC_METHOD
     in os.environ, and the train scripts read it (ROLLOUT_WORKER_START's default): every test starts without it
     and none leaves it for the next."""
     monkeypatch.setenv("VLLM_WORKER_MULTIPROC_METHOD", "recorded-for-undo")  # undo then removes whatever is set

@@ -1,6 +1,6 @@
-"""bench/fused_logprob_bench.py on the CPU: verl's torch fused log-prob function against the exact log-softmax (over
+"""bench/micro/fused_logprob_bench.py on the CPU: verl's torch fused log-prob function against the exact log-softmax (over
 every position, and at the response positions only), and the Triton backend (CUDA only) reported as an error instead of ending the run. The Triton timings are a GPU run's
-(docs/speed.md)."""
+(docs/runs/2026-11-25-h100-triton/NOTES.md, section 0h)."""
 
 from __future__ import annotations
 

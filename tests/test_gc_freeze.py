@@ -239,7 +239,7 @@ def test_train_scripts_freeze_by_default_and_refuse_other_values():
 @pytest.mark.slow
 def test_the_bench_counts_full_collections_with_and_without_the_freeze(tmp_path):
     out = tmp_path / "gc_pause.json"
-    result = subprocess.run([sys.executable, str(REPO / "bench/gc_pause_bench.py"), "--steps", "4", "--layers", "2",
+    result = subprocess.run([sys.executable, str(REPO / "bench/micro/gc_pause_bench.py"), "--steps", "4", "--layers", "2",
                              "--out", str(out)], capture_output=True, text=True, timeout=600, cwd=REPO)
     assert result.returncode == 0, result.stderr[-3000:]
     summary = {row["mode"]: row for row in json.loads(out.read_text())["summary"]}

@@ -1,4 +1,4 @@
-"""bench/gpu_learning.sh model-out / model-in: a model split into parts small enough to come back from the lent
+"""bench/learning/gpu_learning.sh model-out / model-in: a model split into parts small enough to come back from the lent
 GPU, and carried into a later session, unpacks to the same bytes."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import subprocess
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-SCRIPT = REPO / "bench" / "gpu_learning.sh"
+SCRIPT = REPO / "bench" / "learning" / "gpu_learning.sh"
 
 
 def run(*args: str, **env: str) -> subprocess.CompletedProcess:
@@ -46,7 +46,7 @@ def test_detach_runs_from_a_copy_and_wait_reports_it(tmp_path):
                   DETACH_LOCK=str(tmp_path / "lock"))
     assert started.returncode == 0, started.stderr
     assert "running as pid" in started.stdout
-    assert (run_dir / "code" / "bench" / "gpu_learning.sh").is_file()
+    assert (run_dir / "code" / "bench" / "learning" / "gpu_learning.sh").is_file()
     assert not (run_dir / "code" / ".git").exists()
 
     waited = run("wait-detached", "60", OUT=str(tmp_path / "out"), RUN_DIR=str(run_dir))
@@ -119,7 +119,7 @@ def test_queue_starts_when_the_running_job_ends_and_stop_cancels_it(tmp_path):
     waited = run("wait-detached", "60", OUT=out, RUN_DIR=str(second))
     assert waited.returncode == 0, waited.stderr
     assert "wait-detached: ended" in waited.stdout and "model: to do" in waited.stdout
-    assert (second / "code" / "bench" / "gpu_learning.sh").is_file()
+    assert (second / "code" / "bench" / "learning" / "gpu_learning.sh").is_file()
     assert not (third / "detached.pid").exists()  # the cancelled one never started
 
 

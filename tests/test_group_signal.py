@@ -1,4 +1,4 @@
-"""bench/group_signal.py: a blank model's GRPO groups carry no signal (every reply scores 0), as the first GPU
+"""bench/learning/group_signal.py: a blank model's GRPO groups carry no signal (every reply scores 0), as the first GPU
 runs saw; bad arguments are refused."""
 
 from __future__ import annotations

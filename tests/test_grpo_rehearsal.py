@@ -1,4 +1,4 @@
-"""bench/grpo_rehearsal.py: GRPO steps on CPU with verl's own advantage and loss functions and its composed actor
+"""bench/learning/grpo_rehearsal.py: GRPO steps on CPU with verl's own advantage and loss functions and its composed actor
 config. With lr 0 the policy must not move (the update is the only thing that changes the model); with a real lr
 it must; the step metrics are well-formed; a bad override is named."""
 

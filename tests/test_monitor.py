@@ -1,4 +1,4 @@
-"""bench/monitor.sh samples the machine each second; bench/monitor_summary.py turns the samples into one row per
+"""bench/profile/monitor.sh samples the machine each second; bench/profile/monitor_summary.py turns the samples into one row per
 session step (GPU utilization, busiest processes)."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ top - 04:22:00 up 1:00,  0 user,  load average: 1.00, 1.00, 1.00
 top - 04:22:01 up 1:00,  0 user,  load average: 1.00, 1.00, 1.00
   101 root      20   0  1000   100   10 R  99.0   0.1   0:10.00 VLLM::EngineCore
   102 root      20   0  1000   100   10 S  20.0   0.1   0:01.00 ray::WorkerDict.update_actor
-  103 root      20   0  1000   100   10 S  10.0   0.1   0:01.00 /usr/bin/python3 bench/trl_grpo.py --model /m
+  103 root      20   0  1000   100   10 S  10.0   0.1   0:01.00 /usr/bin/python3 bench/speed/trl_grpo.py --model /m
 top - 04:22:02 up 1:00,  0 user,  load average: 1.00, 1.00, 1.00
   101 root      20   0  1000   100   10 R 101.0   0.1   0:11.00 VLLM::EngineCore
   104 root      20   0  1000   100   10 S   5.0   0.1   0:01.00 /usr/bin/python3 -m verl_ext.launch.ppo_main a=b
@@ -54,9 +54,9 @@ def test_each_step_gets_its_gpu_utilization_and_busiest_processes(tmp_path):
     rows = [line for line in text.splitlines() if line.startswith("| realistic")]
     # windows are half-open: 04:22:00 up to 04:22:02; top's first frame (counts since process start) is left out
     assert rows[0] == ("| realistic ours 3 defaults | 2 | 40 | 0% | 1980 | VLLM::EngineCore 99; ray::WorkerDict."
-                       "update_actor 20; python bench/trl_grpo.py 10 |")
+                       "update_actor 20; python bench/speed/trl_grpo.py 10 |")
     assert rows[1] == "| realistic trl 3 | 1 | 60 | 0% | 1980 | VLLM::EngineCore 101; python -m verl_ext.launch.ppo_main 5 |"
-    assert "| 04:22:01 | 40 | VLLM::EngineCore 99%, ray::WorkerDict.update_actor 20%, python bench/trl_grpo.py 10% |" \
+    assert "| 04:22:01 | 40 | VLLM::EngineCore 99%, ray::WorkerDict.update_actor 20%, python bench/speed/trl_grpo.py 10% |" \
         in text
 
 
@@ -73,8 +73,8 @@ def test_a_window_can_be_given_and_bad_input_is_named(tmp_path, capsys):
 
 
 def sample_frames(directory, at_least: int) -> None:
-    """Run bench/monitor.sh on ``directory`` until top.txt holds ``at_least`` frames, then stop it."""
-    monitor = subprocess.Popen(["bash", str(REPO / "bench" / "monitor.sh"), str(directory)], start_new_session=True)
+    """Run bench/profile/monitor.sh on ``directory`` until top.txt holds ``at_least`` frames, then stop it."""
+    monitor = subprocess.Popen(["bash", str(REPO / "bench" / "profile" / "monitor.sh"), str(directory)], start_new_session=True)
     try:
         deadline = time.monotonic() + 15
         top = directory / "top.txt"

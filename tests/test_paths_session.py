@@ -1,4 +1,4 @@
-"""bench/paths_session.sh and bench/paths_table.py: every path's command composes against verl 0.9.1 and passes
+"""bench/speed/paths_session.sh and bench/speed/paths_table.py: every path's command composes against verl 0.9.1 and passes
 the pre-flight (the GPU-count check aside: this machine has none), unknown paths are named before anything
 runs, and the table reads step times, merge verdicts and the two-GPU scaling efficiency."""
 
@@ -23,7 +23,7 @@ ALL = "fsdp1 full_ft sglang one_gpu dp2 tp2 dp2_full_ft"
 
 
 def session(*args: str, **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", str(REPO / "bench" / "paths_session.sh"), *args], capture_output=True,
+    return subprocess.run(["bash", str(REPO / "bench" / "speed" / "paths_session.sh"), *args], capture_output=True,
                           text=True, env={**os.environ, **env}, cwd=REPO)
 
 
@@ -31,13 +31,13 @@ def test_every_path_composes_and_passes_preflight():
     done = session("run", "--dry-run", PATHS=ALL, PATHS_DIR="/tmp/p")
     assert done.returncode == 0, done.stderr
     *commands, table = [shlex.split(line) for line in done.stdout.splitlines()]
-    assert table[:2] == ["python3", "bench/paths_table.py"] and table[3:5] == ["--paths", ALL]
+    assert table[:2] == ["python3", "bench/speed/paths_table.py"] and table[3:5] == ["--paths", ALL]
     trains = {}
     for argv in commands:
         index = argv.index("bash")
         env = dict(item.split("=", 1) for item in argv[1:index])
         name = Path(env.pop("OUT")).name
-        assert env.pop("WORK") == f"/tmp/p/{name}/work" and argv[index + 1] == "bench/gpu_smoke.sh"
+        assert env.pop("WORK") == f"/tmp/p/{name}/work" and argv[index + 1] == "bench/device/gpu_smoke.sh"
         if argv[index + 2] == "train":
             trains[name] = env
     assert sorted(trains) == sorted(ALL.split())

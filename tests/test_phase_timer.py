@@ -2,7 +2,7 @@
 
 The engine test loads the timer as a run does (``VERL_USE_EXTERNAL_MODULES`` and verl's ``__init__``), runs verl
 0.9.1's own ``forward_backward_batch`` on a tiny Qwen2 on one gloo CPU rank inside the actor worker's
-``update_actor``, and reads the line it prints with ``bench/phase_times.py``.
+``update_actor``, and reads the line it prints with ``bench/profile/phase_times.py``.
 """
 
 from __future__ import annotations

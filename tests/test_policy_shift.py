@@ -1,4 +1,4 @@
-"""bench/policy_shift.py: a model compared with itself has not moved; with another model the move
+"""bench/learning/policy_shift.py: a model compared with itself has not moved; with another model the move
 distributions are valid (entropies within [0, log #moves], expected values within the move values)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""bench/poll_cost_bench.py: what one look for finished rollouts costs, against a real local TransferQueue."""
+"""bench/micro/poll_cost_bench.py: what one look for finished rollouts costs, against a real local TransferQueue."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ def test_bad_sizes_are_refused_by_name():
 
 def test_the_bench_times_kv_list_on_a_real_transfer_queue(tmp_path):
     out = tmp_path / "poll.json"
-    done = subprocess.run([sys.executable, str(REPO / "bench/poll_cost_bench.py"), "--prompts", "3", "--samples", "2",
+    done = subprocess.run([sys.executable, str(REPO / "bench/micro/poll_cost_bench.py"), "--prompts", "3", "--samples", "2",
                            "--looks", "5", "--out", str(out)], capture_output=True, text=True, timeout=300, cwd=REPO)
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(out.read_text())

@@ -1,4 +1,4 @@
-"""bench/rollout_sweep.sh: every setting's command (dry run) composes against verl 0.9.1's schema and passes the
+"""bench/speed/rollout_sweep.sh: every setting's command (dry run) composes against verl 0.9.1's schema and passes the
 pre-flight, the vLLM variants parse, bad settings lines are named, and the sweep's table reads the results."""
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ vllm_offline = load_bench_script("vllm_offline")
 
 def sweep_dry_run(*args: str, **env: str) -> subprocess.CompletedProcess:
     environ = {**os.environ, "MODEL_PATH": "/models/qwen", **env}
-    return subprocess.run(["bash", str(REPO / "bench" / "rollout_sweep.sh"), "realistic", "--dry-run", *args],
+    return subprocess.run(["bash", str(REPO / "bench" / "speed" / "rollout_sweep.sh"), "realistic", "--dry-run", *args],
                           capture_output=True, text=True, env=environ, cwd=REPO)
 
 
@@ -31,14 +31,14 @@ def test_every_setting_composes_and_passes_preflight():
     done = sweep_dry_run()
     assert done.returncode == 0, done.stderr
     *commands, table = [shlex.split(line) for line in done.stdout.splitlines()]
-    settings = sweep_table.read_settings(REPO / "bench" / "rollout_sweep.settings")
-    assert len(commands) == len(settings) and table[1] == "bench/sweep_table.py"
+    settings = sweep_table.read_settings(REPO / "bench" / "speed" / "rollout_sweep.settings")
+    assert len(commands) == len(settings) and table[1] == "bench/speed/sweep_table.py"
     configs = {}
     for setting, argv in zip(settings, commands):
         index = argv.index("bash")
         env = dict(item.split("=", 1) for item in argv[1:index])
         assert env.pop("OUT") == f"outputs/rollout_sweep/{setting.name}"
-        assert argv[index + 1:index + 4] == ["bench/train_speed.sh", "realistic", setting.kind]
+        assert argv[index + 1:index + 4] == ["bench/speed/train_speed.sh", "realistic", setting.kind]
         extra = argv[index + 4:]
         if setting.kind == "vllm":
             vllm_offline.parse_args(["--model", "m", "--data", "d", "--out", "o", *extra])

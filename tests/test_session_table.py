@@ -1,4 +1,4 @@
-"""bench/session_table.py: one table of a speed session's runs, each against the TRL run that ran closest before it."""
+"""bench/speed/session_table.py: one table of a speed session's runs, each against the TRL run that ran closest before it."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""bench/speed_session.sh: the plan runs the ceiling, ours and TRL per load; our runs with the settings under test
+"""bench/speed/speed_session.sh: the plan runs the ceiling, ours and TRL per load; our runs with the settings under test
 compose against verl 0.9.1's schema and pass the pre-flight; the compile-cache switch reaches verl's workers."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from bench_scripts import load_bench_script
 from test_train_scripts import dry_run, overrides_of
 
 REPO = Path(__file__).resolve().parents[1]
-SCRIPT = REPO / "bench" / "speed_session.sh"
+SCRIPT = REPO / "bench" / "speed" / "speed_session.sh"
 
 
 def session(*args: str, **env: str) -> subprocess.CompletedProcess:
@@ -36,10 +36,10 @@ def plan(**env: str) -> list[list[str]]:
 
 
 def split_command(argv: list[str]) -> tuple[dict[str, str], list[str], list[str]]:
-    """(environment, [load, what], the rest) of `env K=V ... bash bench/train_speed.sh LOAD WHAT ARGS`."""
+    """(environment, [load, what], the rest) of `env K=V ... bash bench/speed/train_speed.sh LOAD WHAT ARGS`."""
     index = argv.index("bash")
     env = dict(item.split("=", 1) for item in argv[1:index])
-    assert argv[index + 1] == "bench/train_speed.sh"
+    assert argv[index + 1] == "bench/speed/train_speed.sh"
     return env, argv[index + 2:index + 4], argv[index + 4:]
 
 
@@ -68,7 +68,7 @@ def test_candidate_settings_compose_and_pass_preflight():
     cfg = compose("ppo_trainer", overrides_of(argv))
     assert check_ppo(cfg, check_imports=False) == []
     assert cfg.actor_rollout_ref.model.lora.merge is True
-    assert cfg.trainer.v1.sampler.sampler_kwargs.poll_interval == 0.02  # the default (docs/speed.md 0u)
+    assert cfg.trainer.v1.sampler.sampler_kwargs.poll_interval == 0.02  # the default (docs/runs/2026-11-26-h100-input-cast-poll/NOTES.md, section 0u)
 
 
 def test_first_session_settings_still_compose():
@@ -114,7 +114,7 @@ def test_plan_can_interleave_issue_15_paths_and_refuses_unknown_lines():
     assert [split_command(a)[1] for a in (argvs[0], argvs[1], argvs[3])] == [
         ["realistic", "vllm"], ["realistic", "ours"], ["realistic", "trl"]]
     assert split_command(argvs[1])[0]["STEPS"] == "4"
-    assert argvs[2] == ["env", "PATHS=fsdp1 full_ft", "MODEL_DIR=/sft", "bash", "bench/paths_session.sh", "run"]
+    assert argvs[2] == ["env", "PATHS=fsdp1 full_ft", "MODEL_DIR=/sft", "bash", "bench/speed/paths_session.sh", "run"]
     bad = session("run", "--dry-run", SPEED_PLAN="realistic vllm -; realistic bogus 3")
     assert bad.returncode == 2 and "unknown line 'realistic bogus 3'" in bad.stderr and not bad.stdout
 
@@ -122,7 +122,7 @@ def test_plan_can_interleave_issue_15_paths_and_refuses_unknown_lines():
 def test_a_bench_line_runs_a_bench_script_with_its_json_in_the_session_folder():
     argvs = plan(SPEED_PLAN="bench fused_logprob_bench --tokens 65536 --iters 3; realistic ours 3",
                  SPEED_DIR="/tmp/s", PYTHON="/venv/bin/python")
-    assert argvs[0] == ["/venv/bin/python", "bench/fused_logprob_bench.py", "--out",
+    assert argvs[0] == ["/venv/bin/python", "bench/micro/fused_logprob_bench.py", "--out",
                         "/tmp/s/bench/fused_logprob_bench.json", "--tokens", "65536", "--iters", "3"]
     assert split_command(argvs[1])[1] == ["realistic", "ours"]
     for line in ("bench no_such_script", "bench ../bench/trl_grpo"):
@@ -162,20 +162,20 @@ def test_train_speed_compares_a_labelled_run_with_the_loads_trl_run(tmp_path):
     (load / "trl.json").write_text(json.dumps(trl))
     env = {**os.environ, "OUT": str(tmp_path), "MODEL_PATH": "/unused", "OURS_LABEL": "nockpt",
            "PYTHON": sys.executable}
-    done = subprocess.run(["bash", str(REPO / "bench" / "train_speed.sh"), "smoke", "compare"], env=env,
+    done = subprocess.run(["bash", str(REPO / "bench" / "speed" / "train_speed.sh"), "smoke", "compare"], env=env,
                           capture_output=True, text=True, cwd=REPO)
     assert done.returncode == 0, done.stderr
     table = (load / "nockpt" / "compare.md").read_text()
     assert "16 prompts x 4 samples x 64 tokens (nockpt)" in table and "| step s | 2 | 4 | 0.50 |" in table
     assert not (load / "compare.md").exists()
-    bad = subprocess.run(["bash", str(REPO / "bench" / "train_speed.sh"), "smoke", "compare"],
+    bad = subprocess.run(["bash", str(REPO / "bench" / "speed" / "train_speed.sh"), "smoke", "compare"],
                          env={**env, "OURS_LABEL": "../x"}, capture_output=True, text=True, cwd=REPO)
     assert bad.returncode == 2 and "OURS_LABEL must be letters" in bad.stderr
 
 
 def test_a_step_past_its_time_limit_is_ended_and_recorded(tmp_path):
     """A hung run must not hold the lent machine until its 30 minutes are up: the step ends, the next one runs."""
-    script = (f"cd {shlex.quote(str(REPO))} && source bench/lent_gpu_env.sh && "
+    script = (f"cd {shlex.quote(str(REPO))} && source bench/device/lent_gpu_env.sh && "
               f"session_step {shlex.quote(str(tmp_path))} slow 'sleep 30' && "
               f"session_step {shlex.quote(str(tmp_path))} quick 'true' && "
               f"SESSION_STEP_TIMEOUT=0 session_step {shlex.quote(str(tmp_path))} unlimited 'exit 3'")
@@ -199,12 +199,12 @@ def test_plan_file_reads_like_the_plan_variable(tmp_path):
     assert plan(SPEED_PLAN_FILE=str(plan_file)) == plan(SPEED_PLAN=inline)
     both = session("run", "--dry-run", SPEED_PLAN_FILE=str(plan_file), SPEED_PLAN=inline)
     assert both.returncode == 2 and "SPEED_PLAN and SPEED_PLAN_FILE are both set" in both.stderr
-    missing = session("run", "--dry-run", SPEED_PLAN_FILE="bench/plans/nowhere.plan")
-    assert missing.returncode == 2 and "SPEED_PLAN_FILE=bench/plans/nowhere.plan: no such file" in missing.stderr
+    missing = session("run", "--dry-run", SPEED_PLAN_FILE="bench/speed/plans/nowhere.plan")
+    assert missing.returncode == 2 and "SPEED_PLAN_FILE=bench/speed/plans/nowhere.plan: no such file" in missing.stderr
 
 
 def test_every_tracked_plan_is_valid():
-    plans = sorted((REPO / "bench" / "plans").glob("*.plan"))
+    plans = sorted((REPO / "bench" / "speed" / "plans").glob("*.plan"))
     assert plans
     for plan_file in plans:
         argvs = plan(SPEED_PLAN_FILE=str(plan_file.relative_to(REPO)))
@@ -213,7 +213,7 @@ def test_every_tracked_plan_is_valid():
             if argv[1].startswith("bench/") and argv[1].endswith(".py"):  # a `bench SCRIPT FLAGS` line
                 load_bench_script(Path(argv[1]).stem).parse_args(argv[2:])  # its flags parse (SystemExit if not)
                 continue
-            assert argv[0] == "env" and "bench/train_speed.sh" in argv, (plan_file, argv)
+            assert argv[0] == "env" and "bench/speed/train_speed.sh" in argv, (plan_file, argv)
 
 
 def test_stop_ends_what_the_job_left_outside_its_process_group(tmp_path, monkeypatch):
@@ -246,7 +246,7 @@ def wait_for_process(command_line: str, seconds: float = 10) -> int:
 def test_wait_names_the_running_step_and_the_machines_clock(tmp_path):
     # session.txt stamps a step when it ends; `wait` says which step runs since when, by the machine's clock
     marker = f"verl-ext-probe-{os.getpid()}-{tmp_path.name}"
-    script = (f"source bench/lent_gpu_env.sh; dir={shlex.quote(str(tmp_path))}; "
+    script = (f"source bench/device/lent_gpu_env.sh; dir={shlex.quote(str(tmp_path))}; "
               f"(session_step \"$dir\" 'realistic ours 3 probe' 'exec -a {marker} sleep 30') > /dev/null & "
               "echo $! > \"$dir/detached.pid\"; touch \"$dir/detached.log\"; sleep 1; session_wait \"$dir\" 0; "
               f"kill -- $(cat \"$dir/detached.pid\"); pkill -xf '{marker} 30' || true")  # -x: not this shell
@@ -272,18 +272,18 @@ def test_wait_packs_what_the_session_has_so_far(tmp_path):
     assert "wait: ended" in waited.stdout and "wait: packed " in waited.stdout
     listing = subprocess.run(["tar", "tzf", str(out / "speed.tgz")], capture_output=True, text=True).stdout
     assert "./realistic/defaults/compare.md" in listing.splitlines() and "./session.txt" in listing.splitlines()
-    assert "./session.md" in listing.splitlines()  # the session's table so far (bench/session_table.py)
+    assert "./session.md" in listing.splitlines()  # the session's table so far (bench/speed/session_table.py)
     assert "| defaults |  | 45.4 |" in (speed_dir / "session.md").read_text()
 
 
 def test_machine_facts_count_the_sites_bytecode_and_time_an_import(tmp_path):
-    # what tells machine M's doubled start-up (docs/speed.md 0k) from a missing bytecode install next time
+    # what tells machine M's doubled start-up (docs/runs/2026-11-25-h100-one-machine/NOTES.md, section 0k) from a missing bytecode install next time
     site = tmp_path / "site"
     (site / "pkg").mkdir(parents=True)
     for name in ("a", "b"):
         (site / "pkg" / f"{name}.py").write_text("x = 1\n")
     subprocess.run([sys.executable, "-m", "compileall", "-q", str(site / "pkg" / "a.py")], check=True)
-    script = f"source bench/lent_gpu_env.sh; SITE={shlex.quote(str(site))} PYTHON={shlex.quote(sys.executable)} machine_facts"
+    script = f"source bench/device/lent_gpu_env.sh; SITE={shlex.quote(str(site))} PYTHON={shlex.quote(sys.executable)} machine_facts"
     done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, cwd=REPO, timeout=120)
     assert done.returncode == 0, done.stderr
     facts = dict(line.split(": ", 1) for line in done.stdout.splitlines())
@@ -300,8 +300,8 @@ def test_next_session_plans_runs_compose_and_pass_preflight():
     for name in ("next-session.plan", "one-machine.plan", "startup-overlap.plan", "startup-fork.plan",
                  "startup-confirm.plan", "on-policy.plan", "phases.plan", "smoke-fsdp1.plan", "smoke-levers.plan", "startup-freeze.plan", "first-run.plan",
                  "lm-head.plan", "loss-cut.plan", "compile.plan", "compile-b.plan", "no-fsdp.plan"):
-        runs = [split_command(argv) for argv in plan(SPEED_PLAN_FILE=f"bench/plans/{name}")
-                if "bench/train_speed.sh" in argv]  # not the `bench SCRIPT` lines (test_every_tracked_plan_is_valid)
+        runs = [split_command(argv) for argv in plan(SPEED_PLAN_FILE=f"bench/speed/plans/{name}")
+                if "bench/speed/train_speed.sh" in argv]  # not the `bench SCRIPT` lines (test_every_tracked_plan_is_valid)
         ours = [(env, args) for env, (_, what), args in runs if what == "ours"]
         assert ours, name
         labels |= {env.get("OURS_LABEL") for env, _ in ours}
@@ -365,7 +365,7 @@ def test_each_trl_run_is_kept_under_its_own_name(tmp_path):
     shim = tmp_path / "python"
     shim.write_text(textwrap.dedent(f"""\
         #!/usr/bin/env bash
-        if [[ "$1" == bench/trl_grpo.py ]]; then  # TRL itself: write the result file it was given
+        if [[ "$1" == bench/speed/trl_grpo.py ]]; then  # TRL itself: write the result file it was given
           while [[ $# -gt 0 ]]; do if [[ "$1" == --out ]]; then echo '{{"run": "'$$'"}}' > "$2"; fi; shift; done
           echo "trl ran"; exit 0
         fi
@@ -374,7 +374,7 @@ def test_each_trl_run_is_kept_under_its_own_name(tmp_path):
     shim.chmod(0o755)
     env = {**os.environ, "OUT": str(tmp_path / "out"), "PYTHON": str(shim), "MODEL_PATH": "unused", "STEPS": "2"}
     for _ in range(2):
-        done = subprocess.run(["bash", "bench/train_speed.sh", "smoke", "trl"], cwd=REPO, env=env,
+        done = subprocess.run(["bash", "bench/speed/train_speed.sh", "smoke", "trl"], cwd=REPO, env=env,
                               capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, done.stderr[-2000:]
         time.sleep(1.1)  # the copies are stamped to the second

@@ -95,7 +95,7 @@ def test_speed_knobs_map_to_verl_keys():
     arr = fast.actor_rollout_ref
     assert arr.rollout.enforce_eager is False and arr.actor.use_dynamic_bsz is True
     assert arr.rollout.log_prob_use_dynamic_bsz is True and arr.ref.log_prob_use_dynamic_bsz is True
-    # old log-probs from the actor's own pass, and vLLM not asked for per-token log-probs (docs/speed.md 0i)
+    # old log-probs from the actor's own pass, and vLLM not asked for per-token log-probs (docs/runs/2026-11-25-h100-log-probs/NOTES.md, section 0i)
     assert fast.algorithm.rollout_correction.bypass_mode is False and arr.rollout.calculate_log_probs is False
     assert arr.actor.use_kl_loss is False  # no KL: verl skips the reference pass
     assert fast.trainer.rollout_data_dir is None and "file" in fast.trainer.logger

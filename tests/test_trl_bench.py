@@ -1,5 +1,5 @@
-"""bench/trl_grpo.py, the TRL peer of the speed benchmark, end to end on the CPU: TRL 1.16's GRPOTrainer with
-transformers generation on a tiny model and our reward; the JSON that bench/compare_speed.py reads.
+"""bench/speed/trl_grpo.py, the TRL peer of the speed benchmark, end to end on the CPU: TRL 1.16's GRPOTrainer with
+transformers generation on a tiny model and our reward; the JSON that bench/speed/compare_speed.py reads.
 
 TRL lives in its own folder (`make setup`: <venv>/trl-site), put on PYTHONPATH for the peer only, as on the GPU
 machines (TRL_PYTHONPATH): importable beside verl, trl 1.16 breaks verl's model patching (Makefile)."""
@@ -36,7 +36,7 @@ def test_trl_peer_records_steps_timers_and_start_up(tmp_path, tokenizer_dir):
     write_parquet(rows, tmp_path / "train.parquet")
     out = tmp_path / "trl.json"
     launched = time.time()
-    done = subprocess.run([sys.executable, "bench/trl_grpo.py", "--model", str(model), "--data",
+    done = subprocess.run([sys.executable, "bench/speed/trl_grpo.py", "--model", str(model), "--data",
                            str(tmp_path / "train.parquet"), "--prompts", "2", "--samples", "2",
                            "--max-new-tokens", "8", "--micro-batch", "4", "--steps", "3",
                            "--generation", "transformers", "--work-dir", str(tmp_path / "work"), "--out", str(out)],

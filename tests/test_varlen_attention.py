@@ -1,8 +1,8 @@
 """attn_implementation="torch_varlen" (verl_ext.patches.attention): packed rows give what each sequence gives alone.
 
 On the CPU the packed path runs SDPA per sequence; PyTorch's varlen kernel itself runs on CUDA only, so what we
-hand it is checked here with a recording kernel, and its numbers on the H100 by `bench/actor_update_bench.py
---check-varlen` (docs/speed.md). verl's own actor forward (FSDPEngineWithLMHead.forward_step, padding removed,
+hand it is checked here with a recording kernel, and its numbers on the H100 by `bench/micro/actor_update_bench.py
+--check-varlen` (docs/runs/speed-lab-notes/0c-packed-micro-batches.md). verl's own actor forward (FSDPEngineWithLMHead.forward_step, padding removed,
 fused log-prob kernels on and off) runs on the packed micro batch against the padded one.
 """
 

@@ -4,7 +4,7 @@ vLLM does not install on this CPU machine: the patch runs against a stand-in
 ``vllm.distributed.device_communicators.shm_broadcast`` whose ``SpinCondition`` keeps what vLLM 0.24's does and the
 patch depends on (``is_reader``, ``busy_loop_s`` read in ``wait``: spin within it after the last read, else wait for a
 notification). The import through the real verl (``VERL_USE_EXTERNAL_MODULES``) and the train scripts' wiring are
-real; the effect on a GPU run is not measured yet (docs/speed.md 6).
+real; the effect on a GPU run is not measured yet (docs/runs/speed-lab-notes/6-next-gpu-session.md, section 6).
 """
 
 from __future__ import annotations

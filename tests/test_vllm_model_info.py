@@ -5,7 +5,7 @@ vLLM does not install on this CPU machine. The end-to-end tests put a stand-in `
 on the path with the one name the warm-up calls (``ModelRegistry._try_inspect_model_cls``) and what vLLM 0.24's
 does with it: answer a known architecture and write ``$VLLM_CACHE_ROOT/modelinfos/<module>-<class>.json``, answer
 None for an unknown one. The processes, the train script's wiring and the real absence of vLLM are real; the
-effect on vLLM's own start-up is measured on the GPU (docs/speed.md 0q).
+effect on vLLM's own start-up is measured on the GPU (docs/runs/2026-11-26-h100-smoke-levers/NOTES.md, section 0q).
 """
 
 from __future__ import annotations

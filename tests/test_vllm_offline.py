@@ -1,4 +1,4 @@
-"""bench/vllm_offline.py without vLLM: arguments, the prompts it builds, and the timing/report path (fake LLM)."""
+"""bench/speed/vllm_offline.py without vLLM: arguments, the prompts it builds, and the timing/report path (fake LLM)."""
 
 from __future__ import annotations
 

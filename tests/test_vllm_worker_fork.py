@@ -7,7 +7,7 @@ with the two names vLLM 0.24 has there and the behaviour the patch depends on: `
 ``CoreEngineProcManager.__init__`` takes the context, then starts the engine core process, which starts its
 worker with the start method its own environment names. The processes, the environment inheritance through
 ``spawn`` and the import of our module by the real verl (``VERL_USE_EXTERNAL_MODULES``) are real; the run on the
-GPU with vLLM itself is in docs/speed.md 0m.
+GPU with vLLM itself is in docs/runs/speed-lab-notes/0m-startup-levers.md, section 0m.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ prefixed with the local wall-clock time it arrived (``2026-11-23 11:29:16.123 | 
     CMD 2>&1 | python -u verl_ext/launch/logtee.py --started "$EPOCHREALTIME" RUN.log
 
 verl prints its config, validation metrics and ``step:N`` lines without a time, and vLLM stamps only to the
-second without a year; the stamps let ``bench/startup_breakdown.py`` time every start-up milestone. The first
+second without a year; the stamps let ``bench/startup/startup_breakdown.py`` time every start-up milestone. The first
 file line marks the train script's start (``--started``, epoch seconds), the second the start of the run's command
 (the tee starts with it, after the script's checks). Output passes through in chunks as it
 arrives (progress bars with ``\\r`` included); Ctrl-C is left to the run, so its last lines are still logged.

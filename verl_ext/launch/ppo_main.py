@@ -12,10 +12,10 @@ ran them in a process of their own: ``PREFLIGHT_IN_PROCESS=0``); ``--task-runner
 TaskRunner in this process instead of a Ray actor (``TASK_RUNNER=driver``, ``verl_ext/patches/task_runner.py``);
 ``--transfer-queue-start overlap`` starts TransferQueue while the trainer starts its workers instead of before them
 (``TRANSFER_QUEUE_START=overlap``, ``verl_ext/patches/transfer_queue_start.py``). The train scripts pass both by
-default (docs/speed.md 0m); run directly, this module keeps verl's order unless told otherwise.
+default (docs/runs/speed-lab-notes/0m-startup-levers.md, section 0m); run directly, this module keeps verl's order unless told otherwise.
 ``--vllm-model-info warm`` first starts, in the background, the inspection of the model that vLLM's server would
 otherwise run in a fresh interpreter on a machine's first run (``ROLLOUT_MODEL_INFO=warm``,
-``verl_ext/launch/vllm_model_info.py``; docs/speed.md 0q).
+``verl_ext/launch/vllm_model_info.py``; docs/runs/2026-11-26-h100-smoke-levers/NOTES.md, section 0q).
 """
 
 from __future__ import annotations

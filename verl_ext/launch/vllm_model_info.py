@@ -5,7 +5,7 @@ Before vLLM's server builds its engine, vLLM asks its model registry what the ch
 ``$VLLM_CACHE_ROOT/modelinfos`` (default ``~/.cache/vllm``) holds the answer for that model file's hash, vLLM starts a
 fresh interpreter that imports torch and vLLM to find out, and waits for it: 19.7 s of a machine's first run on a
 lent H100, between the server's "Enabling cumem allocator" and "Resolved architecture" lines, and 0 s in every
-later run (docs/speed.md 0q). The driver (``verl_ext.launch.ppo_main --vllm-model-info warm``) starts this module in
+later run (docs/runs/2026-11-26-h100-smoke-levers/NOTES.md, section 0q). The driver (``verl_ext.launch.ppo_main --vllm-model-info warm``) starts this module in
 a background process as the run is launched, about a minute before vLLM's server asks; vLLM's own registry code
 checks the cache, inspects and writes the answer atomically. A server that asks first inspects for itself, as it
 would without this, so the warm-up can only save time. Another node's first run still inspects on that node.

@@ -2,7 +2,7 @@
 
 At the smoke load (64 samples of ~205 tokens, one 13k-token micro batch, Qwen2.5-0.5B shape) verl's update is bound
 by the CPU issuing work, not by the GPU: a profile of one update had the GPU busy 16 % of the span, with ~9,000
-kernel launches (docs/speed.md section 0e). Each decoder layer under LoRA is ~50 small ops in the forward (norms,
+kernel launches (docs/runs/2026-11-25-h100-smoke-profile/NOTES.md, section 0e). Each decoder layer under LoRA is ~50 small ops in the forward (norms,
 seven projections each with its adapter, rotary, residuals, the MLP), run again by activation checkpointing and
 then in the backward, each op a Python call into PyTorch.
 

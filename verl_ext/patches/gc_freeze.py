@@ -4,7 +4,7 @@ Why: in every H100 smoke run of 2026-11-25 verl's ``update_actor`` took 0.4-0.6 
 steps 12-13 (inside the forward, by the phase timer), a period that fits Python's oldest-generation collection: it
 runs once the objects promoted since the last one reach a quarter of the old generation, and it walks every tracked
 object of the process. A process that imported verl's engine worker and built a 24-layer Qwen2 with LoRA holds
-~557k of them; one such collection took 247 ms on the 2-core dev CPU (``bench/gc_pause_bench.py``).
+~557k of them; one such collection took 247 ms on the 2-core dev CPU (``bench/micro/gc_pause_bench.py``).
 ``gc.freeze()`` moves the objects that exist into a permanent generation that collections skip, as vLLM does in its
 own engine core after start-up (vllm/v1/engine/core.py, ``freeze_gc_heap``). Frozen objects are still freed by
 reference counting; only a reference cycle among them is never collected.
@@ -12,7 +12,7 @@ reference counting; only a reference cycle among them is never collected.
 ``install()`` freezes, in each process that imports verl:
   - at once: the modules imported so far (``freeze_start_up``, no collection first). vLLM and verl call
     ``gc.collect()`` themselves while they start (vLLM's memory profiling and graph capture: 13 full collections of
-    0.40-0.46 s each in vLLM's GPU worker on the H100, 5.5 s of its start; docs/speed.md 0q), and each walks every
+    0.40-0.46 s each in vLLM's GPU worker on the H100, 5.5 s of its start; docs/runs/2026-11-26-h100-smoke-levers/NOTES.md, section 0q), and each walks every
     object the imports left. vLLM's GPU worker imports verl (so this module) when vLLM injects verl's worker
     extension, before it loads the model: its import-time freeze holds what it inherited from the engine core;
   - vLLM's GPU worker around its CUDA-graph memory profile and capture (``GPUModelRunner._freeze_gc``): vLLM
@@ -28,7 +28,7 @@ Load it with ``VERL_USE_EXTERNAL_MODULES=verl_ext.patches.gc_freeze`` (the train
 
 ``watch_pauses()`` (also started by ``install()``; alone: ``GC_FREEZE=watch``) prints one line for each
 collection of the process that takes ``PAUSE_LOG_S`` or longer (``[verl-ext] gc pause: generation 2, 0.312 s``);
-Ray forwards it to the driver's console under the process's name, and ``bench/gc_pauses.py`` tabulates them, so a
+Ray forwards it to the driver's console under the process's name, and ``bench/profile/gc_pauses.py`` tabulates them, so a
 run shows which of its processes pause and how long.
 """
 

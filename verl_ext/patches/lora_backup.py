@@ -6,7 +6,7 @@ W + scale x BA every step (``FSDPEngine._merged_lora_per_tensor_param``): it cop
 pageable copy each step), merges the adapter into them, streams them and copies them back
 (``restore_base_model_weights``). On an H100 with the 0.5B shape the two pageable copies were 0.84 s of the
 1.23 s the actor spends on a sync; into pinned buffers they take 0.06 s, and the whole sync 0.175 s instead of
-1.25 s (``bench/lora_sync_bench.py``, docs/speed.md section 0d).
+1.25 s (``bench/micro/lora_sync_bench.py``, docs/runs/2026-11-24-h100-resident/NOTES.md, section 0d).
 
 Importing this module (verl imports ``actor_rollout_ref.model.external_lib`` in every worker; the train scripts
 add it with ``LORA_MERGE_BACKUP=pinned``, the default) replaces those two functions: the backup goes into host

@@ -1,6 +1,6 @@
 """The base weights that verl 0.9.1's merged LoRA sync backs up, as each rank holds them.
 
-Shared by ``verl_ext.patches.lora_backup`` (which patches verl as soon as it is imported) and ``bench/lora_sync_bench.py``
+Shared by ``verl_ext.patches.lora_backup`` (which patches verl as soon as it is imported) and ``bench/micro/lora_sync_bench.py``
 (which must time verl's own backup first, so it cannot import that module early).
 """
 

@@ -18,7 +18,7 @@ verl's own path, with the reason printed once: FSDP1, FSDP2's CPU offload policy
 fp32 and rounded to bf16 once, which is FSDP2's result whenever the base weights are bf16 numbers (a bf16 checkpoint).
 
 Import it in verl's workers through ``actor_rollout_ref.model.external_lib`` (the train scripts do unless
-``LORA_MERGE_SYNC=in_place``; the default since docs/speed.md 0q: on an H100 the actor's side of the sync took 0.082 s
+``LORA_MERGE_SYNC=in_place``; the default since docs/runs/2026-11-26-h100-smoke-levers/NOTES.md, section 0q: on an H100 the actor's side of the sync took 0.082 s
 against 0.143 s with the pinned backup).
 """
 

@@ -15,7 +15,7 @@ line (``gc_gen0`` .. ``gc_gen2``: time and number), which can stall any phase.
 
 Load it in every process that imports verl with ``VERL_USE_EXTERNAL_MODULES=verl_ext.patches.phase_timer``
 (the train scripts pass that variable to every Ray worker and keep the modules they add themselves);
-``bench/phase_times.py`` tabulates the lines of a console log. Importing this module changes nothing.
+``bench/profile/phase_times.py`` tabulates the lines of a console log. Importing this module changes nothing.
 """
 
 from __future__ import annotations

@@ -141,7 +141,7 @@ PATCHES: tuple[Patch, ...] = (
           "out_of_place", "in_place",
           (("ENABLE_LORA", ("1",)), ("ROLLOUT_LORA_MERGE", ("1",)), ("LORA_MERGE_SYNC", ("out_of_place",))),
           ("verl's merged LoRA sync: base + PEFT's delta computed out of place",),
-          "the actor's side of one sync 0.143 -> 0.082 s (bench/lora_sync_bench.py)",
+          "the actor's side of one sync 0.143 -> 0.082 s (bench/micro/lora_sync_bench.py)",
           ("docs/runs/2026-11-26-h100-smoke-levers/",), "tests/test_lora_merged_sync.py",
           helpers=("verl_ext.patches.import_hook", "verl_ext.patches.unsharded_actor")),
     Patch("replay_buffer", "verl_ext.patches.replay_buffer", "sampler", "ROLLOUT_POLL_INTERVAL", "0.02", "off",

@@ -6,7 +6,7 @@ while too few are finished, sleeps ``poll_interval`` seconds before looking agai
 (verl/trainer/ppo/v1/replay_buffer.py:408-409 ``_wait_for_next_poll``, called at :503). ``poll_interval``
 defaults to 2.0 s (replay_buffer.py:144) and verl's trainer never passes one (trainer_base.py:155-161), so no
 config key reaches it: every rollout phase ends on a 2 s grid (every ``timing_s/gen`` recorded on the H100 is
-2k s + 0.05-0.24 s; docs/speed.md). The documented way to change the sampler is verl's custom-sampler hook
+2k s + 0.05-0.24 s; docs/runs/speed-lab-notes/1-rollout-grid.md). The documented way to change the sampler is verl's custom-sampler hook
 (``trainer.v1.sampler.custom_sampler.{path,name}``, trainer_base.py:145-152, called with
 ``sampler_kwargs``); this module is that hook:
 
@@ -16,7 +16,7 @@ config key reaches it: every rollout phase ends on a 2 s grid (every ``timing_s/
 
 It builds verl's own ``ReplayBuffer`` (sync trainer) or ``ReplayBufferAsync`` (async trainers) with that
 interval; sampling, eviction and staleness rules are verl's, unchanged. One addition: each look lists every key in
-TransferQueue (``tq.kv_list``: 3.0 ms for a realistic step's 1,152 keys on a dev CPU, ``bench/poll_cost_bench.py``),
+TransferQueue (``tq.kv_list``: 3.0 ms for a realistic step's 1,152 keys on a dev CPU, ``bench/micro/poll_cost_bench.py``),
 so the wait after a look is stretched to keep looking under ``LOOK_SHARE`` of the driver's time when a batch is
 big enough to make a look slow (``poll_sleep_s``); at the measured loads the interval is what it says. verl hands a custom sampler only the
 base arguments (trainer_base.py:155-162): DAPO group filtering (``algorithm.filter_groups``) and

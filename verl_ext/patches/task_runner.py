@@ -3,7 +3,7 @@
 verl 0.9.1's ``main_ppo`` starts ``TaskRunnerV1`` as a Ray actor (main_ppo.py:90-91): a new worker process
 that imports verl, torch and the trainer again before it does anything, although the driver has just imported
 them to validate the config. On the lent H100 that was 14 s of a 116-125 s start-up (Ray started -> the
-TaskRunner's first line, docs/speed.md 0j). ``use_driver_task_runner`` replaces the actor class, where
+TaskRunner's first line, docs/runs/2026-11-25-cpu-task-runner/NOTES.md, section 0j). ``use_driver_task_runner`` replaces the actor class, where
 ``main_ppo`` looks it up, with a stand-in whose ``remote()`` builds the same runner here and whose
 ``run.remote(config)`` runs it here, in the environment Ray gives that actor: the job's ``runtime_env``
 ``env_vars`` and, unless ``OMP_NUM_THREADS`` is set, one OpenMP thread (ray/_private/utils.py:235-272).

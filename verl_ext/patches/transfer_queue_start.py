@@ -3,15 +3,15 @@
 verl 0.9.1's ``TaskRunnerV1.run`` (main_ppo.py:131-162) starts TransferQueue first (``tq.init``: its controller,
 then its storage actors, each a new Ray worker process that imports torch) and only then builds the trainer,
 whose ``init()`` starts the FSDP workers, the reward workers and the vLLM server (more new processes). On the lent
-GPU machines that first phase took 18.5-20.9 s of a 137-149 s start-up (docs/speed.md 0l) with nothing else
+GPU machines that first phase took 18.5-20.9 s of a 137-149 s start-up (docs/runs/speed-lab-notes/0l-smoke-load-two-machines.md, section 0l) with nothing else
 running. The sync trainer touches TransferQueue only from its agent-loop workers and ``fit()`` on (its
 ``_load_checkpoint`` restores TransferQueue state only in the async modes, trainer_base.py:900-907; verl's workers
 connect lazily, utils/transferqueue_utils.py:378-383), so ``OverlappedTaskRunner.run`` starts TransferQueue in a
 thread, builds and initialises the trainer meanwhile, and waits for TransferQueue before the agent-loop manager.
 Other trainer modes run verl's own ``run`` unchanged. The objects built, their configuration and the training are
-the same as verl's; only the order of two independent start-ups changes. Measured on one H100 (docs/speed.md 0l):
+the same as verl's; only the order of two independent start-ups changes. Measured on one H100 (docs/runs/speed-lab-notes/0l-smoke-load-two-machines.md, section 0l):
 TransferQueue's 19-21 s were hidden behind the FSDP worker's start, but later vLLM phases grew and the start-up
-shrank by only 3 s in the clean pair. Together with the other start-up levers it won every pair (docs/speed.md 0m),
+shrank by only 3 s in the clean pair. Together with the other start-up levers it won every pair (docs/runs/speed-lab-notes/0m-startup-levers.md, section 0m),
 so the train scripts default to ``overlap``; ``serial`` is verl's order.
 """
 

