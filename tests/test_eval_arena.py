@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import math
+import statistics
 
 import pytest
 
@@ -11,7 +13,7 @@ from verl_ext.envs.card_games import RANK_NAMES
 from verl_ext.envs.openspiel_env import load_game
 from verl_ext.evaluation.arena import Arena, ArenaSettings, Opponent, legal_adapter, parse_opponents
 from verl_ext.evaluation.policies import MoveRequest, RecordingPolicy, ScriptedPolicy
-from verl_ext.evaluation.stats import proportion, wilson_interval
+from verl_ext.evaluation.stats import mean_interval, proportion, wilson_interval
 from verl_ext.mixture import EnvMixture
 
 RANDOM = (Opponent("random"),)
@@ -19,6 +21,12 @@ RANDOM = (Opponent("random"),)
 
 def _arena(games: list[str], **settings) -> Arena:
     adapter = legal_adapter(EnvMixture({"openspiel": {"cases": games}}))
+    return Arena(adapter, ArenaSettings(**{"opponents": RANDOM, **settings}))
+
+
+def _card_arena(game_type: str, **settings) -> Arena:
+    """An arena on one of the card-game names of ``game_types`` (hanabi_small, holdem_small, kuhn_poker)."""
+    adapter = legal_adapter(EnvMixture({"openspiel": {"game_types": [game_type]}}))
     return Arena(adapter, ArenaSettings(**{"opponents": RANDOM, **settings}))
 
 
@@ -239,5 +247,42 @@ def test_game_context_gives_the_whole_conversation_and_the_same_games():
         "user", "assistant", "user"]
     with pytest.raises(ConfigError, match="--game-context: unknown value 'full'"):
         _arena(["tic_tac_toe"], context="full")
-    with pytest.raises(ConfigError, match="not 'self'"):
-        _arena(["tic_tac_toe"], opponents=(Opponent("self"),))
+
+
+def test_self_play_puts_the_policy_in_every_seat_and_reports_the_team_score():
+    # Hanabi's target measure: the team score of a policy with itself (issue 47), 200 games, seats alternating.
+    recorder = _Recorder()
+    result = _card_arena("hanabi_small", games_per_case=4, opponents=tuple(parse_opponents("self"))).play(
+        recorder, progress=False)
+    match = result["matches"][0]
+    assert match["opponent"] == "self" and match["games"] == 4 and not result["skipped"]
+    # both seats asked the policy: more prompts than the recorded seat's own moves
+    assert len(recorder.prompts) > match["model_moves"] > 0
+    plain = _card_arena("hanabi_small", games_per_case=200, opponents=tuple(parse_opponents("self"))).play(
+        ScriptedPolicy("rnd", "random"), progress=False)
+    m = plain["matches"][0]
+    ret = m["mean_return"]
+    # a random pair's team score (bench/learning/card_games.py: 1.11 with itself over 10,000 games), of 6
+    assert ret["n"] == 200 and 0.5 < ret["mean"] < 2.0 and ret["ci_low"] < ret["mean"] < ret["ci_high"]
+    assert ret["mean"] == pytest.approx(6 * m["mean_normalised_return"])
+
+
+def test_mean_return_is_in_chips_with_a_normal_interval_and_forfeits_pay_the_lowest_utility():
+    # Kuhn against the random bot: random play earns 0 on average; 1,000 hands give an interval of about +-0.09
+    result = _arena(["kuhn_poker"], games_per_case=1000).play(ScriptedPolicy("rnd", "random"), progress=False)
+    ret = _match(result, "kuhn_poker")["mean_return"]
+    assert ret["n"] == 1000 and ret["ci_low"] < 0.0 < ret["ci_high"] and ret["ci_high"] - ret["ci_low"] < 0.25
+    assert ret["mean"] == pytest.approx(-2 + 4 * _match(result, "kuhn_poker")["mean_normalised_return"])
+    forfeits = _arena(["kuhn_poker"], games_per_case=10).play(ScriptedPolicy("bad", "illegal"), progress=False)
+    ret = _match(forfeits, "kuhn_poker")["mean_return"]
+    assert ret == {"n": 10, "mean": -2.0, "sd": 0.0, "ci_low": -2.0, "ci_high": -2.0}
+
+
+def test_mean_interval_matches_the_normal_formula():
+    values = [1.0, -1.0, 2.0, -2.0, 1.0]
+    got = mean_interval(values, 0.95)
+    sd = statistics.stdev(values)
+    half = 1.959963984540054 * sd / math.sqrt(5)
+    assert got["mean"] == pytest.approx(0.2) and got["sd"] == pytest.approx(sd)
+    assert (got["ci_low"], got["ci_high"]) == (pytest.approx(0.2 - half), pytest.approx(0.2 + half))
+    assert mean_interval([3.0])["ci_low"] is None and mean_interval([])["mean"] is None

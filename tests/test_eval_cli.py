@@ -225,4 +225,7 @@ def test_arena_table_shows_the_share_of_rejected_replies():
              "rejected_replies": 10}
     results = {"settings": {"games_per_case": 10, "seed": 0, "confidence": 0.95},
                "models": {"sft": {"arena": {"matches": [match], "skipped": []}}}}
-    assert "| tic_tac_toe | random | 3/0/7 | 30.0 [10.0, 60.0] | 6 (25.0 %) |" in markdown(results)
+    # results written before the arena reported mean_return show '-' in its column
+    assert "| tic_tac_toe | random | 3/0/7 | 30.0 [10.0, 60.0] | - | 6 (25.0 %) |" in markdown(results)
+    match["mean_return"] = {"n": 10, "mean": 0.25, "sd": 1.0, "ci_low": -0.37, "ci_high": 0.87}
+    assert "| 3/0/7 | 30.0 [10.0, 60.0] | +0.250 [-0.370, +0.870] | 6 (25.0 %) |" in markdown(results)

@@ -8,6 +8,10 @@ reply forfeits the game (a loss) unless ``illegal_retries`` > 0 allows that many
 (each retry shows the rejected reply and the reason; see docs/eval.md). With ``context="turn"`` (default) each
 turn is a fresh prompt; ``context="game"`` gives the policy its whole game conversation, as the training agent
 loop does. Chance outcomes and the bots are seeded per game, so results depend only on the seed.
+
+Opponent ``self`` puts the same policy in every seat (each seat its own conversation; the record is the seat
+``index % num_players``'s): Hanabi's team score with itself. As in training, a self-play opponent's rejected reply
+becomes a seeded random legal move after its retries, so only the recorded seat forfeits.
 """
 
 from __future__ import annotations
@@ -23,12 +27,12 @@ from ..envs.episode import DEFAULT_MCTS_SIMULATIONS, Opponent, parse_opponent
 from ..envs.cfr_policy import cfr_problem
 from ..envs.openspiel_env import load_game, terminal_rewards_only
 from ..envs.system_prompt import system_prompt_of, with_system_prompt
-from ..games.match import Match, MatchRules, TurnRequest
+from ..games.match import GameRecord, Match, MatchRules, TurnRequest
 from ..games.scoring import outcome_value
 from ..mixture import EnvMixture
 from ..seeding import stable_seed
 from .policies import MoveRequest, Policy, clip
-from .stats import proportion
+from .stats import mean_interval, proportion
 
 __all__ = ["Arena", "ArenaSettings", "Opponent", "parse_opponents", "legal_adapter", "mcts_skip_reason",
            "DEFAULT_MCTS_SIMULATIONS"]
@@ -45,8 +49,8 @@ def parse_opponents(text: str | list[str], flag: str = "--opponents") -> list[Op
     parts = text if isinstance(text, list) else str(text).split(",")
     parts = [p.strip() for p in parts if str(p).strip()]
     if not parts:
-        raise ConfigError(f"{flag}: name at least one opponent (random, mcts:N, cfr:N)")
-    opponents = [parse_opponent(part, flag, allowed=("random", "mcts", "cfr")) for part in parts]
+        raise ConfigError(f"{flag}: name at least one opponent (random, mcts:N, cfr:N, self)")
+    opponents = [parse_opponent(part, flag, allowed=("random", "mcts", "cfr", "self")) for part in parts]
     labels = [o.label for o in opponents]
     for label in labels:
         if labels.count(label) > 1:
@@ -75,8 +79,6 @@ class ArenaSettings:
             raise ConfigError(f"--max-game-moves: must be >= 0 (0 = no limit), got {self.max_game_moves}")
         if self.context not in CONTEXTS:
             raise ConfigError(f"--game-context: unknown value {self.context!r} (choose from {', '.join(CONTEXTS)})")
-        if any(not o.is_bot for o in self.opponents):
-            raise ConfigError("--opponents: the arena plays against bots (random, mcts:N, cfr:N), not 'self'")
 
 
 def mcts_skip_reason(case: str, opponent: Opponent) -> str | None:
@@ -196,6 +198,7 @@ class Arena:
                 "forfeit": proportion(sum(r.forfeit is not None for r in records), n, conf),
                 "score": (count["win"] + 0.5 * count["draw"]) / n,
                 "mean_normalised_return": sum(outcome_value(r, TRUNCATED_VALUE) for r in records) / n,
+                "mean_return": mean_interval([game_return(r) for r in records], conf),
                 "truncated": sum(r.truncated is not None for r in records),
                 "model_moves": sum(r.model_moves for r in records),
                 "rejected_replies": sum(r.rejected for r in records),
@@ -207,6 +210,17 @@ class Arena:
                 "samples": [r for g in group for r in g.replies][:SAMPLES_PER_MATCH],
             })
         return matches
+
+
+def game_return(record: GameRecord) -> float:
+    """The model seat's return in the game's own units (chips in poker, the team score in Hanabi): the return of
+    a game that ended by its rules; a forfeit pays the game's lowest utility (what the training reward pays:
+    normalised 0), a truncated game the middle of the utility range (``TRUNCATED_VALUE``)."""
+    if record.forfeit is None and record.truncated is None and record.returns is not None:
+        return float(record.returns[record.seat])
+    game = load_game(record.case)
+    low, high = game.min_utility(), game.max_utility()
+    return low + outcome_value(record, TRUNCATED_VALUE) * (high - low)
 
 
 def _count(items: Any) -> dict[str, int]:

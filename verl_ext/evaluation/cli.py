@@ -51,7 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--games-per-case", type=int, default=20, help="games per case and opponent (seats alternate)")
     p.add_argument("--opponents", default="random,mcts:200",
                    help="comma list of random, mcts:N (N simulations), cfr:N (CFR+ policy after N iterations; "
-                        "kuhn_poker and leduc_poker only)")
+                        "kuhn_poker and leduc_poker only), self (the model in every seat: Hanabi's team score)")
     p.add_argument("--illegal-retries", type=int, default=0,
                    help="extra tries after an illegal/unparseable move before it forfeits (default 0: forfeit)")
     p.add_argument("--max-game-moves", type=int, default=0,

@@ -44,6 +44,15 @@ def _num(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f}"
 
 
+def _mean_ci(mean: dict[str, Any] | None) -> str:
+    """``+0.123 [+0.045, +0.201]``; results written before the arena had ``mean_return`` show '-'."""
+    if not mean or mean.get("mean") is None:
+        return "-"
+    if mean.get("ci_low") is None:
+        return f"{mean['mean']:+.3f}"
+    return f"{mean['mean']:+.3f} [{mean['ci_low']:+.3f}, {mean['ci_high']:+.3f}]"
+
+
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:
     out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     out += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows]
@@ -121,8 +130,12 @@ def markdown(results: dict[str, Any]) -> str:
         lines += [f"## {SUITE_TITLES['arena']}", "",
                   f"Seats alternate; {settings['games_per_case']} games per case and opponent. W/D/L = wins/draws/"
                   "losses, win % with its interval; forfeits (illegal or unparseable moves) count as losses; in "
-                  "brackets the share of all the model's replies that were rejected (illegal or unparseable).", ""]
-        header = ["case", "opponent"] + [f"{m}: {k}" for m in names for k in ("W/D/L", "win %", "forfeits")]
+                  "brackets the share of all the model's replies that were rejected (illegal or unparseable). "
+                  "return = the model seat's mean return in the game's units (chips; Hanabi: the team score) with "
+                  "its normal 95 % interval; a forfeit pays the game's lowest return. Opponent self: the model in "
+                  "every seat.", ""]
+        header = ["case", "opponent"] + [f"{m}: {k}" for m in names
+                                         for k in ("W/D/L", "win %", "return", "forfeits")]
         first = results["models"][names[0]]["arena"]
         rows = []
         for i, match in enumerate(first["matches"]):
@@ -132,7 +145,7 @@ def markdown(results: dict[str, Any]) -> str:
                 replies = r["model_moves"] + r["rejected_replies"]
                 rejected = f" ({_pct(r['rejected_replies'] / replies)} %)" if replies else ""
                 row += [f"{r['win']['k']}/{r['draw']['k']}/{r['loss']['k']}", _rate_ci(r["win"]),
-                        f"{r['forfeit']['k']}{rejected}"]
+                        _mean_ci(r.get("mean_return")), f"{r['forfeit']['k']}{rejected}"]
             rows.append(row)
         lines += _table(header, rows)
         for skip in first["skipped"]:

@@ -1,4 +1,4 @@
-"""Proportions with Wilson score intervals."""
+"""Proportions with Wilson score intervals; means with normal intervals."""
 
 from __future__ import annotations
 
@@ -39,3 +39,17 @@ def proportion(successes: int, trials: int, confidence: float = 0.95) -> dict[st
 def mean_or_none(values: list[float]) -> float | None:
     """Arithmetic mean, or None for an empty list (JSON ``null``, shown as '-')."""
     return sum(values) / len(values) if values else None
+
+
+def mean_interval(values: list[float], confidence: float = 0.95) -> dict[str, float | int | None]:
+    """``{"n", "mean", "sd", "ci_low", "ci_high"}``: the mean with its normal-approximation interval
+    ``mean +- z * sd / sqrt(n)`` (``sd`` the sample standard deviation); the interval is None below 2 values."""
+    n = len(values)
+    if n == 0:
+        return {"n": 0, "mean": None, "sd": None, "ci_low": None, "ci_high": None}
+    mean = math.fsum(values) / n
+    if n < 2:
+        return {"n": n, "mean": mean, "sd": None, "ci_low": None, "ci_high": None}
+    sd = math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (n - 1))
+    half = z_value(confidence) * sd / math.sqrt(n)
+    return {"n": n, "mean": mean, "sd": sd, "ci_low": mean - half, "ci_high": mean + half}
