@@ -214,3 +214,23 @@ def test_no_cold_start_and_puzzles_only(tmp_path):
     assert blank.returncode == 2 and "COLD_START=none with MODEL=blank" in blank.stderr
     bad = recipe("--dry-run", "export", RUN_DIR=str(tmp_path), ENV_OVERRIDES="weights", check=False)
     assert bad.returncode == 2 and "ENV_OVERRIDES: expected KEY=VALUE" in bad.stderr and "'weights'" in bad.stderr
+
+
+def test_eval_knobs_for_whole_hands(tmp_path):
+    """Issue 47's evals: the arena plays whole conversations (as TASK_MODE=game trains) with the run's retries,
+    1,000 hands against random and CFR, and EVAL_BASE_MODEL=0 leaves the starting model out."""
+    env = {"RUN_DIR": str(tmp_path), "GAME_TYPES": "kuhn_poker", "EVAL_SUITES": "arena,exploitability",
+           "EVAL_OPPONENTS": "random,cfr", "EVAL_GAMES": "1000"}
+    default = stage_commands(recipe("--dry-run", "eval", **env).stdout)["eval"][0]
+    assert default[default.index("--game-context") + 1] == "turn"
+    assert default[default.index("--illegal-retries") + 1] == "0"
+    models = default[default.index("--models") + 1:default.index("--suites")]
+    assert [m.split("=")[0] for m in models] == ["blank", "sft", "grpo", "random"]
+    argv = stage_commands(recipe("--dry-run", "eval", EVAL_GAME_CONTEXT="game", EVAL_ILLEGAL_RETRIES="1",
+                                 EVAL_BASE_MODEL="0", **env).stdout)["eval"][0]
+    assert argv[argv.index("--game-context") + 1] == "game" and argv[argv.index("--illegal-retries") + 1] == "1"
+    assert argv[argv.index("--games-per-case") + 1] == "1000" and argv[argv.index("--opponents") + 1] == "random,cfr"
+    models = argv[argv.index("--models") + 1:argv.index("--suites")]
+    assert [m.split("=")[0] for m in models] == ["sft", "grpo", "random"]
+    bad = recipe("--dry-run", "eval", EVAL_BASE_MODEL="no", check=False, **env)
+    assert bad.returncode == 2 and "EVAL_BASE_MODEL must be one of: 0 1; got 'no'" in bad.stderr

@@ -22,7 +22,8 @@
 # Knobs (environment, defaults below; docs/learning.md): RUN_DIR MODEL MODEL_WHEEL COLD_START GAME_TYPES
 # LOGIC_CASES ENV_OVERRIDES MODEL_SHAPE SFT_TASKS_PER_CASE SFT_GAME_SHARE VAL_TASKS_PER_CASE EXPORT_JOBS SFT_EPOCHS SFT_LR
 # SFT_BATCH_SIZE SIGNAL_PROMPTS GRPO_STEPS GRPO_LORA GRPO_LR GRPO_REWARD_MODE GRPO_SAVE_FREQ GRPO_KEEP_CHECKPOINTS
-# GRPO_TEST_FREQ EVAL_SUITES EVAL_GAMES EVAL_OPPONENTS EVAL_BACKEND EVAL_GENERATION_LENGTH; any train-script knob
+# GRPO_TEST_FREQ EVAL_SUITES EVAL_GAMES EVAL_OPPONENTS EVAL_GAME_CONTEXT EVAL_ILLEGAL_RETRIES EVAL_BASE_MODEL EVAL_BACKEND
+# EVAL_GENERATION_LENGTH; any train-script knob
 # (TRAIN_BATCH_SIZE, ROLLOUT_N, GPU_MEMORY_UTILIZATION, SYSTEM_PROMPT, ...) passes through to the GRPO stage.
 # shellcheck source-path=SCRIPTDIR
 set -euo pipefail
@@ -93,6 +94,11 @@ elif [[ "$MODEL_KIND" == blank ]]; then : "${GRPO_LR:=3e-5}"
 else : "${GRPO_LR:=1e-5}"; fi
 # eval: start vs cold start vs GRPO vs a random legal mover, held-out positions, full games and puzzles
 : "${EVAL_GAMES:=200}" "${EVAL_OPPONENTS:=random,mcts:50}" "${EVAL_BACKEND:=auto}" "${EVAL_GENERATION_LENGTH:=32}"
+# the arena's games: EVAL_GAME_CONTEXT=turn (a fresh prompt each turn, as single-move training) or game (the whole
+# game conversation, as TASK_MODE=game training plays it), EVAL_ILLEGAL_RETRIES extra tries after a rejected reply
+# (0: it forfeits); EVAL_BASE_MODEL=0 leaves the starting model out of the eval (the cold start and GRPO models stay)
+: "${EVAL_GAME_CONTEXT:=turn}" "${EVAL_ILLEGAL_RETRIES:=0}" "${EVAL_BASE_MODEL:=1}"
+require_choice EVAL_BASE_MODEL "$EVAL_BASE_MODEL" 0 1
 # EVAL_SUITES: verl-ext eval's --suites (auto: held-out single moves + games against the bots if games are
 # configured, puzzles if puzzles are)
 : "${EVAL_SUITES:=auto}"
@@ -278,13 +284,15 @@ stage_merge() {
 
 stage_eval() {
   need "$GRPO_HF/config.json" merge
-  local models=("$BASE_NAME=$BASE")
+  local models=()
+  [[ "$EVAL_BASE_MODEL" == 1 || "$COLD_START" == none ]] && models+=("$BASE_NAME=$BASE")
   [[ "$COLD_START" != none ]] && models+=(sft="$SFT_HF")
   models+=(grpo="$GRPO_HF")
   [[ -n "$GAME_TYPES" ]] && models+=(random=scripted:random)
   run "$PYTHON" -m verl_ext.cli eval ${ENV_SETS[@]+"${ENV_SETS[@]}"} --set "val_tasks_per_case=$VAL_TASKS_PER_CASE" \
     ${SCORE_SETS[@]+"${SCORE_SETS[@]}"} --models "${models[@]}" --suites "$EVAL_SUITES" \
-    --games-per-case "$EVAL_GAMES" --opponents "$EVAL_OPPONENTS" --max-new-tokens "$EVAL_GENERATION_LENGTH" \
+    --games-per-case "$EVAL_GAMES" --opponents "$EVAL_OPPONENTS" --game-context "$EVAL_GAME_CONTEXT" \
+    --illegal-retries "$EVAL_ILLEGAL_RETRIES" --max-new-tokens "$EVAL_GENERATION_LENGTH" \
     --backend "$EVAL_BACKEND" --seed "$RECIPE_SEED" --no-progress --out "$RUN_DIR/eval"
   if [[ "$SFT_GAME_SHARE" != "0" && -n "$GAME_TYPES" ]]; then
     # the models were taught whole games too: their play with the whole game conversation each turn (as
