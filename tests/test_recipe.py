@@ -234,3 +234,14 @@ def test_eval_knobs_for_whole_hands(tmp_path):
     assert [m.split("=")[0] for m in models] == ["sft", "grpo", "random"]
     bad = recipe("--dry-run", "eval", EVAL_BASE_MODEL="no", check=False, **env)
     assert bad.returncode == 2 and "EVAL_BASE_MODEL must be one of: 0 1; got 'no'" in bad.stderr
+
+
+def test_whole_games_score_single_moves_by_legality_so_hanabi_is_accepted(tmp_path):
+    """TASK_MODE=game defaults GRPO_REWARD_MODE to legal: the engine default made the grpo and eval stages refuse
+    hanabi (per-step rewards; OpenSpiel MCTS needs terminal ones), and a whole game's reward is its outcome."""
+    env = {"RUN_DIR": str(tmp_path), "GAME_TYPES": "hanabi_small", "TASK_MODE": "game"}
+    stages = stage_commands(recipe("--dry-run", "grpo", "eval", **env).stdout)
+    assert "+data.env.openspiel.reward_mode=legal" in stages["grpo"][0]
+    assert "openspiel.reward_mode=legal" in stages["eval"][0]
+    single = stage_commands(recipe("--dry-run", "grpo", RUN_DIR=str(tmp_path)).stdout)
+    assert "+data.env.openspiel.reward_mode=engine" in single["grpo"][0]

@@ -79,6 +79,9 @@ fi
 # are legal; full fine-tune by default (GRPO_LORA=1: LoRA rank LORA_RANK)
 # a checkpoint every step, the last 2 kept: a call's time limit cuts a run anywhere and resume loses at most the
 # step in flight (a save of the 13M model took 0.2 s on the H100; the first runs saved every 5 and lost up to 4)
+# TASK_MODE=game: the reward of a whole game is its outcome, whatever reward_mode says (it scores single moves only),
+# and engine would make every stage refuse games with per-step rewards (hanabi: OpenSpiel MCTS needs terminal ones)
+if [[ "${TASK_MODE:-move}" == game ]]; then : "${GRPO_REWARD_MODE:=legal}"; fi
 : "${GRPO_STEPS:=80}" "${GRPO_LORA:=0}" "${GRPO_REWARD_MODE:=engine}" "${GRPO_SAVE_FREQ:=1}" "${GRPO_TEST_FREQ:=10}"
 : "${GRPO_KEEP_CHECKPOINTS:=2}"
 # full fine-tune lr 3e-5 (blank model): at 1e-4 both GPU runs and the CPU rehearsal with verl's own loss collapsed
