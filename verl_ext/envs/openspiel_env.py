@@ -411,6 +411,24 @@ class OpenSpielAdapter:
             return MoveCheck(parsed.text, False, "illegal_move")
         return MoveCheck(parsed.text, True, "ok")
 
+    def move_actions(self, case: str, state: str) -> dict[str, int]:
+        """Every legal move of a single-move position as written in the prompt, with its OpenSpiel action
+        (one action can be several moves' text: tic_tac_toe's ``x(1,1)`` and ``o(1,1)`` are cell 4)."""
+        return dict(self._position(case, state).moves)
+
+    def task_scores(self, case: str, state: str) -> dict[int, float]:
+        """The task score ``score`` pays for each legal action of the position (``reward_mode`` engine or outcome:
+        the move's value relative to the best; legal: 1.0 for every move)."""
+        position = self._position(case, state)
+        if self.config.reward_mode == "legal":
+            return {action: 1.0 for action in position.moves.values()}
+        if self.config.reward_mode == "outcome":
+            return {a: min(1.0, max(0.0, v)) for a, v in self._outcomes_table(case, state, position).items()}
+        analysis = self._analysis(case, state, position)
+        best = max(analysis.values())
+        return {action: min(1.0, max(0.0, 1.0 - (best - analysis.get(action, 0.0))))
+                for action in position.moves.values()}
+
     def score(self, case: str, state: str, response: str) -> ScoreResult:
         cfg = self.config
         parsed = self._parse(response)

@@ -186,7 +186,7 @@ def run(argv: list[str] | None = None) -> int:
     from .logic import evaluate_logic
     from .policies import make_policy, parse_model_specs
     from .report import markdown, write_all
-    from .single_move import engine_adapter, evaluate_single_move
+    from .single_move import engine_adapter, evaluate_single_move, fixed_move_baselines, heldout_tasks
 
     args, env_section = parse_args(argv)
     if not args.out:
@@ -262,6 +262,9 @@ def run(argv: list[str] | None = None) -> int:
         "val_tasks_per_case": mixture.val_tasks_per_case,
         "models": {},
     }
+    if engine is not None:
+        results["single_move_baseline"] = fixed_move_baselines(
+            engine, heldout_tasks(mixture, "openspiel"), engine_skipped)
     if references:
         results["exploitability_reference"] = reference_results(references, poker_skipped, args.cfr_solver,
                                                                 args.cfr_iterations)

@@ -102,6 +102,20 @@ def _models_with(results: dict[str, Any], suite: str) -> list[str]:
     return [name for name, model in results["models"].items() if model.get(suite) is not None]
 
 
+def _favourite(favourite: dict[str, Any] | None) -> str:
+    return "-" if not favourite else f"{favourite['move']} {_pct(favourite['share'])}"
+
+
+def _fixed_move_lines(baselines: dict[str, Any]) -> list[str]:
+    """The fixed-move line under the single-move table: what always playing one move scores on these positions."""
+    if not baselines:
+        return []
+    parts = [f"{case} {b['best_fixed_move']} {_num(b['best_fixed_score'])} (random mover {_num(b['random_mover'])})"
+             for case, b in baselines.items()]
+    return ["Fixed-move line (the engine score of always playing the best single move on these positions; a model "
+            "at or below it has learnt a favourite, not the positions): " + "; ".join(parts) + ".", ""]
+
+
 def markdown(results: dict[str, Any]) -> str:
     """Tables per suite: one row per case (per opponent in the arena), models side by side."""
     settings = results["settings"]
@@ -112,8 +126,8 @@ def markdown(results: dict[str, Any]) -> str:
     if names:
         lines += [f"## {SUITE_TITLES['single_move']}", "",
                   "legal = legal-move rate, format = well-formed answer rate, engine = mean engine-shaped score "
-                  "(illegal = 0).", ""]
-        header = ["case", "n"] + [f"{m}: {k}" for m in names for k in ("legal", "format", "engine")]
+                  "(illegal = 0), favourite = the move of most legal replies and its share of them.", ""]
+        header = ["case", "n"] + [f"{m}: {k}" for m in names for k in ("legal", "format", "engine", "favourite")]
         first = results["models"][names[0]]["single_move"]
         rows = []
         for case in [*first["cases"], None]:
@@ -123,8 +137,13 @@ def markdown(results: dict[str, Any]) -> str:
                 r = results["models"][m]["single_move"]
                 r = r["overall"] if case is None else r["cases"][case]
                 row += [_rate_ci(r["legal"]), _pct(r["format"]["rate"]), _num(r["engine_score"])]
+                if case is not None:
+                    row.append(_favourite(r.get("favourite")))
+                else:
+                    row.append("")
             rows.append(row)
         lines += _table(header, rows) + [""]
+        lines += _fixed_move_lines(results.get("single_move_baseline") or {})
     names = _models_with(results, "arena")
     if names:
         lines += [f"## {SUITE_TITLES['arena']}", "",

@@ -61,6 +61,11 @@ def engine_adapter(mixture: EnvMixture) -> tuple[EnvAdapter | None, dict[str, st
     return make_env("openspiel", settings, where="env.openspiel (engine scoring)"), skipped
 
 
+def move_label(texts: set[str]) -> str:
+    """One action's move texts joined (``x3/o3``: the same column whoever moves)."""
+    return "/".join(sorted(texts))
+
+
 @dataclass
 class _CaseTally:
     n: int = 0
@@ -71,6 +76,8 @@ class _CaseTally:
     engine_legal: list[float] = field(default_factory=list)
     reasons: Counter = field(default_factory=Counter)
     samples: list[dict[str, Any]] = field(default_factory=list)
+    actions: Counter = field(default_factory=Counter)  # legal replies by OpenSpiel action
+    action_moves: dict[int, set[str]] = field(default_factory=dict)  # the move texts seen for each action
 
     def summary(self, confidence: float, engine_note: str | None, with_samples: bool = True) -> dict[str, Any]:
         out = {
@@ -82,10 +89,19 @@ class _CaseTally:
             "engine_note": engine_note,
             "reward": mean_or_none(self.rewards),
             "reasons": dict(sorted(self.reasons.items())),
+            "favourite": self.favourite(),
         }
         if with_samples:
             out["samples"] = self.samples
         return out
+
+    def favourite(self) -> dict[str, Any] | None:
+        """The action of most legal replies and its share of them: a policy collapsed to a favourite move
+        answers it whatever the position (None without legal replies)."""
+        if not self.actions:
+            return None
+        action, count = max(self.actions.items(), key=lambda item: (item[1], -item[0]))
+        return {"move": move_label(self.action_moves[action]), "share": count / sum(self.actions.values())}
 
 
 def evaluate_single_move(policy: Policy, mixture: EnvMixture, engine: EnvAdapter | None,
@@ -103,6 +119,11 @@ def evaluate_single_move(policy: Policy, mixture: EnvMixture, engine: EnvAdapter
         engine_value = None
         if engine is not None and task.case not in engine_skipped:
             engine_value = engine.score(task.case, task.state, reply).task_score if result.valid else 0.0
+        if result.valid:
+            tally = tallies[task.case]
+            action = adapter.move_actions(task.case, task.state)[result.parsed]
+            tally.actions[action] += 1
+            tally.action_moves.setdefault(action, set()).add(result.parsed)
         for tally in (tallies[task.case], pooled):
             tally.n += 1
             tally.format_ok += int(result.format_ok)
@@ -116,8 +137,40 @@ def evaluate_single_move(policy: Policy, mixture: EnvMixture, engine: EnvAdapter
         if len(tallies[task.case].samples) < SAMPLES_PER_CASE:
             tallies[task.case].samples.append(sample(task, reply, result.parsed, result.reason))
     pooled_note = "pooled over the cases with an engine score" if engine_skipped and pooled.engine else None
+    overall = pooled.summary(confidence, pooled_note, with_samples=False)
+    overall.pop("favourite")  # actions of different games are not one move
     return {
         "reward_mode": adapter.config.reward_mode,  # type: ignore[attr-defined]
         "cases": {case: t.summary(confidence, engine_skipped.get(case)) for case, t in tallies.items()},
-        "overall": pooled.summary(confidence, pooled_note, with_samples=False),
+        "overall": overall,
     }
+
+
+def fixed_move_baselines(engine: EnvAdapter, tasks: list[Task], engine_skipped: dict[str, str]
+                         ) -> dict[str, dict[str, Any]]:
+    """What a collapsed policy scores on the held-out positions: per case, the mean engine score of "always play
+    action A" for every action (where A is illegal, the random legal mover's score in that position), the best
+    of them and the random mover's. A model whose engine score is no better than the best fixed move has learnt
+    a favourite move, not the positions (docs/eval.md, "The fixed-move line")."""
+    tables: dict[str, list[dict[int, float]]] = {}
+    labels: dict[str, dict[int, set[str]]] = {}
+    for task in tasks:
+        if task.case in engine_skipped:
+            continue
+        scores = engine.task_scores(task.case, task.state)  # type: ignore[attr-defined]
+        tables.setdefault(task.case, []).append(scores)
+        for move, action in engine.move_actions(task.case, task.state).items():  # type: ignore[attr-defined]
+            labels.setdefault(task.case, {}).setdefault(action, set()).add(move)
+    baselines = {}
+    for case, case_tables in tables.items():
+        random_scores = [sum(t.values()) / len(t) for t in case_tables]
+        fixed = {}
+        for action in sorted(labels[case]):
+            picked = [t.get(action, r) for t, r in zip(case_tables, random_scores)]
+            fixed[move_label(labels[case][action])] = {
+                "score": sum(picked) / len(picked),
+                "legal_share": sum(action in t for t in case_tables) / len(case_tables)}
+        best = max(fixed, key=lambda label: fixed[label]["score"])
+        baselines[case] = {"positions": len(case_tables), "random_mover": sum(random_scores) / len(random_scores),
+                           "best_fixed_move": best, "best_fixed_score": fixed[best]["score"], "fixed_moves": fixed}
+    return baselines
