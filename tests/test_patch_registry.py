@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parents[1]
 FIXTURE = json.loads((REPO / "tests/fixtures/patch_commands.json").read_text())
 MOVED = ("attention|call_hooks|compiled_layers|gc_freeze|import_hook|lora_backup|lora_base_weights|lora_merged_sync|"
          "on_policy_update|phase_timer|replay_buffer|response_cut|response_logits|unsharded_actor|step_signal|"
-         "vllm_worker_fork|vllm_idle_spin|transfer_queue_start|task_runner")
+         "vllm_worker_fork|transfer_queue_start|task_runner")
 
 
 def renamed(arg: str) -> str:
@@ -72,8 +72,11 @@ def test_every_patch_module_lives_in_the_patches_package_and_names_its_evidence_
         for helper in patch.helpers:
             assert (REPO / helper.replace(".", "/")).with_suffix(".py").is_file(), helper
         assert patch.verl == registry.VERL and patch.replaces and patch.effect
-        if patch.default == patch.off:  # not a default: the registry says why it is kept
+        if patch.default == patch.off:  # not a default: the registry says which documented user need keeps it
             assert "opt-in" in patch.effect or "diagnostic" in patch.effect, patch.name
+            assert "docs/training.md" in patch.effect, patch.name
+        elif not patch.effect.startswith("not for speed"):  # a default for speed: its measured gain and evidence
+            assert patch.evidence and any(char.isdigit() for char in patch.effect), patch.name
     # the forwarding modules are gone; nothing of the patches stays flat in verl_ext/ or verl_ext/launch/
     for patch in PATCHES:
         assert not (REPO / "verl_ext" / f"{patch.name}.py").exists()
@@ -121,26 +124,26 @@ def test_a_patch_module_applies_only_when_verl_imports_it_by_name_and_checks_fir
     monkeypatch.setattr(registry, "_APPLIED", set())
     applied = []
     monkeypatch.delenv("VERL_USE_EXTERNAL_MODULES", raising=False)
-    assert not registry.apply_if_named("verl_ext.patches.response_cut", lambda: applied.append("cut"))
+    assert not registry.apply_if_named("verl_ext.patches.response_logits", lambda: applied.append("head"))
     assert applied == []
     monkeypatch.setenv("VERL_USE_EXTERNAL_MODULES", "my_own.module,verl_ext.patches.on_policy_update,"
-                                                    "verl_ext.patches.response_cut")
-    # on_policy_update imports response_cut first: response_cut waits, then both install in the variable's order
-    assert not registry.apply_if_named("verl_ext.patches.response_cut", lambda: applied.append("cut"))
+                                                    "verl_ext.patches.response_logits")
+    # response_logits imported first: it waits for on_policy_update, then both install in the variable's order
+    assert not registry.apply_if_named("verl_ext.patches.response_logits", lambda: applied.append("head"))
     assert registry.apply_if_named("verl_ext.patches.on_policy_update", lambda: applied.append("policy"))
-    assert applied == ["policy", "cut"]
+    assert applied == ["policy", "head"]
     registry.apply_pending()
-    assert applied == ["policy", "cut"]  # once each
+    assert applied == ["policy", "head"]  # once each
 
 
 def test_a_patch_refuses_to_install_on_another_verl(monkeypatch):
     monkeypatch.setattr(registry, "_INSTALLS", {})
     monkeypatch.setattr(registry, "_APPLIED", set())
-    monkeypatch.setenv("VERL_USE_EXTERNAL_MODULES", "verl_ext.patches.response_cut")
+    monkeypatch.setenv("VERL_USE_EXTERNAL_MODULES", "verl_ext.patches.response_logits")
     monkeypatch.setattr(registry, "installed", lambda package: {"verl": "0.10.0"}.get(package))
     applied = []
-    with pytest.raises(registry.VersionMismatch, match="LOSS_RESPONSE_CUT=verl"):
-        registry.apply_if_named("verl_ext.patches.response_cut", lambda: applied.append(1))
+    with pytest.raises(registry.VersionMismatch, match="LM_HEAD_POSITIONS=all"):
+        registry.apply_if_named("verl_ext.patches.response_logits", lambda: applied.append(1))
     assert applied == []
 
 
@@ -156,7 +159,8 @@ def test_the_listing_of_verl_ext_patches_and_of_the_dry_run_agree():
     rows = [line for line in cli.splitlines() if line.startswith("  ")]
     assert len(rows) == len(PATCHES) and all(row in dry for row in rows)
     assert "ON  compiled_layers       ACTOR_COMPILE=layers (default off" in cli
-    assert "ON  gc_freeze" in cli and "off response_cut" in cli
+    assert "ON  gc_freeze" in cli and "off phase_timer" in cli
+    assert "response_cut" not in " ".join(row.split()[1] for row in rows) and "idle_spin" not in cli
     off = subprocess.run([sys.executable, "-m", "verl_ext.cli", "patches"], capture_output=True, text=True,
                          env={**environ, "PATCHES": "off"}, cwd=REPO, check=True).stdout
     assert "PATCHES=off: plain verl" in off and "  ON " not in off
@@ -167,3 +171,34 @@ def test_every_module_of_the_patches_package_is_a_patch_or_a_helper_of_one():
     modules = {f"verl_ext.patches.{path.stem}" for path in (REPO / "verl_ext/patches").glob("*.py")}
     assert modules - helpers == {"verl_ext.patches.__init__", "verl_ext.patches.registry",
                                  "verl_ext.patches.listing"}
+
+
+@pytest.mark.parametrize("script", ["openspiel-ppo.sh", "logic-grpo.sh", "sft.sh"])
+@pytest.mark.parametrize("switch, value", [("LOSS_RESPONSE_CUT", "gather"), ("LOSS_RESPONSE_CUT", "verl"),
+                                           ("ROLLOUT_IDLE_SPIN_S", "0.05")])
+def test_a_switch_removed_under_issue_46_is_refused_naming_it_and_why(script, switch, value):
+    # its patch did not pay and went (git history keeps it): a run that still sets it stops before anything starts
+    import os
+
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("PATCHES", "LOSS_", "ROLLOUT_"))}
+    result = subprocess.run(["bash", str(REPO / "train/scripts" / script), "--dry-run"],
+                            env={**environ, **FIXED_ENV, switch: value}, capture_output=True, text=True, cwd=REPO)
+    assert result.returncode == 2 and " -m " not in result.stdout
+    assert f"{switch}={value}: this switch was removed in issue 46" in result.stderr
+    assert "did not pay" in result.stderr and f"Unset {switch}" in result.stderr
+    # with PATCHES=off as well (plain verl): the same refusal, not a silent run
+    off = subprocess.run(["bash", str(REPO / "train/scripts" / script), "--dry-run"], capture_output=True, text=True,
+                         env={**environ, **FIXED_ENV, "PATCHES": "off", switch: value}, cwd=REPO)
+    assert off.returncode == 2 and "removed in issue 46" in off.stderr
+
+
+def test_the_removed_switches_are_no_patch_switch_and_their_modules_are_gone():
+    assert set(registry.REMOVED) == {"LOSS_RESPONSE_CUT", "ROLLOUT_IDLE_SPIN_S"}
+    assert not set(registry.REMOVED) & {p.switch for p in PATCHES} and not set(registry.REMOVED) & set(
+        registry.off_values())
+    assert not any(switch in name for name in CASES for switch in registry.REMOVED)
+    assert "vllm_idle_spin" not in BY_NAME and not (REPO / "verl_ext/patches/vllm_idle_spin.py").exists()
+    assert "response_cut" not in BY_NAME  # its module stays: the gathers of on_policy_update and response_logits
+    assert registry.removed_problems({"LOSS_RESPONSE_CUT": "", "ROLLOUT_IDLE_SPIN_S": ""}) == []
+    assert [p.split(":")[0] for p in registry.removed_problems({"ROLLOUT_IDLE_SPIN_S": "0"})] == [
+        "ROLLOUT_IDLE_SPIN_S=0"]

@@ -13,6 +13,7 @@ This file imports only the standard library: the train scripts run it as a file 
     python verl_ext/patches/registry.py compose    # KEY=VALUE lines for common.sh, from the resolved switches
     python verl_ext/patches/registry.py off        # VAR=VALUE: every switch at its off value (PATCHES=off)
     python verl_ext/patches/registry.py list       # the table ``verl-ext patches`` prints
+    python verl_ext/patches/registry.py removed    # exit 2 naming each removed switch (REMOVED) still set
 """
 
 from __future__ import annotations
@@ -78,20 +79,13 @@ PATCHES: tuple[Patch, ...] = (
            "verl.workers.utils.losses.ppo_loss (old log-probs = the update's own, detached)"),
           "smoke step 1.55 / 1.71 / 1.79 s against 1.73 / 1.95 / 2.33 s with verl's pass (three pairs, one H100)",
           ("docs/runs/2026-11-25-h100-on-policy/",), "tests/test_on_policy_update.py",
-          helpers=("verl_ext.patches.import_hook",)),
-    Patch("response_cut", "verl_ext.patches.response_cut", "external_modules", "LOSS_RESPONSE_CUT", "verl", "verl",
-          (("LOSS_RESPONSE_CUT", ("gather",)),),
-          ("verl's PPO loss: the per-sample cut of response log-probs out of the packed forward",),
-          "opt-in, did not pay as a default: one win (update 0.619 vs 0.717 s), one tie, no realistic gain; kept "
-          "for the smoke-load A/B",
-          ("docs/runs/2026-11-25-h100-fsdp1-smoke/", "docs/runs/2026-11-26-h100-lm-head/"),
-          "tests/test_response_cut.py", helpers=("verl_ext.patches.import_hook",)),
+          helpers=("verl_ext.patches.import_hook", "verl_ext.patches.response_cut")),
     Patch("response_logits", "verl_ext.patches.response_logits", "external_modules", "LM_HEAD_POSITIONS",
           "response", "all", (("LM_HEAD_POSITIONS", ("response",)),),
           ("verl's fused LM head (torch backend): logits and log-probs at the response positions only",),
           "the head 0.132 -> 0.040 s per smoke micro batch, smoke update 0.553 / 0.651 -> 0.479 / 0.476 s",
           ("docs/runs/2026-11-26-h100-lm-head/",), "tests/test_response_logits.py",
-          helpers=("verl_ext.patches.import_hook",)),
+          helpers=("verl_ext.patches.import_hook", "verl_ext.patches.response_cut")),
     Patch("unsharded_actor", "verl_ext.patches.unsharded_actor", "external_modules", "ACTOR_FSDP", "auto", "on",
           (("ACTOR_FSDP", ("off",)),),
           ("verl's FSDP2 build of the actor (a plain module for a one-GPU LoRA actor)",),
@@ -102,8 +96,9 @@ PATCHES: tuple[Patch, ...] = (
     Patch("compiled_layers", "verl_ext.patches.compiled_layers", "external_modules", "ACTOR_COMPILE", "off", "off",
           (("ACTOR_COMPILE", ("layers",)),),
           ("verl's FSDP2 actor build: torch.compile of each decoder layer",),
-          "opt-in, did not pay at the smoke load: realistic update 10.3 -> 8.55 s in one pair, no smoke gain in "
-          "four, ~95 s of compilation in step 1; kept for realistic-load runs",
+          "opt-in for long runs at the realistic load or larger, where ~95 s of compilation in step 1 is repaid "
+          "(realistic update 10.3 -> 8.55 s in one pair: repaid after ~55 steps); not a default: no smoke gain in four "
+          "pairs; docs/training.md 'Knobs'",
           ("docs/runs/2026-11-26-h100-compile/",), "tests/test_compiled_layers.py",
           helpers=("verl_ext.patches.import_hook", "verl_ext.patches.attention")),
     Patch("gc_freeze", "verl_ext.patches.gc_freeze", "external_modules", "GC_FREEZE", "1", "0",
@@ -114,16 +109,11 @@ PATCHES: tuple[Patch, ...] = (
           "4.6-5.6 s -> 0.65 s or none",
           ("docs/runs/2026-11-26-h100-smoke-levers/",), "tests/test_gc_freeze.py",
           helpers=("verl_ext.patches.call_hooks", "verl_ext.patches.import_hook")),
-    Patch("vllm_idle_spin", "verl_ext.patches.vllm_idle_spin", "external_modules", "ROLLOUT_IDLE_SPIN_S", "", "",
-          (("ROLLOUT_IDLE_SPIN_S", (ANY,)),),
-          ("vllm.distributed.device_communicators.shm_broadcast: the readers' 1 s busy spin",),
-          "opt-in, did not pay: 0.05 s gave no smoke gain; kept for A/B runs on busy CPUs",
-          ("docs/runs/2026-11-26-h100-lm-head/",), "tests/test_vllm_idle_spin.py", vllm=VLLM,
-          helpers=("verl_ext.patches.import_hook",)),
     Patch("phase_timer", "verl_ext.patches.phase_timer", "external_modules", "VERL_USE_EXTERNAL_MODULES", "", "",
           (("VERL_USE_EXTERNAL_MODULES", ("verl_ext.patches.phase_timer",)),),
           ("verl's actor worker update_actor / weight sync (timed through verl_ext.patches.call_hooks)",),
-          "a diagnostic, never a default: prints the worker's update and weight-sync phases each step",
+          "a diagnostic, never a default, for profiling where a step's time goes: prints the worker's update and "
+          "weight-sync phases each step (it synchronizes the GPU); docs/training.md 'Speed'",
           ("docs/runs/2026-11-25-h100-phases/",), "tests/test_phase_timer.py",
           helpers=("verl_ext.patches.call_hooks", "verl_ext.patches.import_hook")),
     Patch("attention", "verl_ext.patches.attention", "external_lib", "ATTN_IMPLEMENTATION", "torch_varlen", "sdpa",
@@ -167,7 +157,21 @@ BY_NAME = {patch.name: patch for patch in PATCHES}
 BY_MODULE = {patch.module: patch for patch in PATCHES}
 # patches of vLLM that install at any import of their module (vLLM's processes import them through verl): they do
 # not wait for the order above, which only the patches of verl's own objects need
-IMPORT_INSTALLS = ("verl_ext.patches.vllm_worker_fork", "verl_ext.patches.vllm_idle_spin")
+IMPORT_INSTALLS = ("verl_ext.patches.vllm_worker_fork",)
+# Switches removed under issue 46 (item 2: a patch is on by default with a measured gain, or removed, unless a
+# documented user need keeps it as an opt-in): why each went. git history keeps their patches. The train scripts
+# refuse a removed switch that is still set (``python verl_ext/patches/registry.py removed``), so that a run does not
+# silently go without what it asked for.
+REMOVED: dict[str, str] = {
+    "LOSS_RESPONSE_CUT": (
+        "its patch (one gather on the device for verl's PPO loss's cut of the responses out of the packed "
+        "forward, LOSS_RESPONSE_CUT=gather) did not pay as a default: one win at the smoke load (update 0.619 vs "
+        "0.717 s), one tie, no realistic gain (docs/runs/2026-11-25-h100-fsdp1-smoke/, "
+        "docs/runs/2026-11-26-h100-lm-head/); verl's own cut always runs now"),
+    "ROLLOUT_IDLE_SPIN_S": (
+        "its patch (verl_ext/patches/vllm_idle_spin.py, a shorter busy spin of vLLM's shared-memory queue readers) "
+        "did not pay: 0.05 s gave no smoke gain (docs/runs/2026-11-26-h100-lm-head/); vLLM's own 1 s always runs now"),
+}
 # not patches of verl: what the launcher does with PATCHES=off as well (its own pre-flight, vLLM's own inspection)
 LAUNCH_OFF = {"PREFLIGHT_IN_PROCESS": "0", "ROLLOUT_MODEL_INFO": "off"}
 
@@ -221,8 +225,8 @@ _APPLIED: set[str] = set()
 def apply_if_named(module: str, install: Callable[[], None]) -> bool:
     """Called at the end of each patch module that verl loads through ``VERL_USE_EXTERNAL_MODULES``: when that
     variable names it, check the versions and install it (tests import the module without applying it). Installs
-    go in the variable's order, as verl's imports do, also when one patch module imports another first (e.g.
-    ``on_policy_update`` imports ``response_cut``): a module waits for the patch modules named before it."""
+    go in the variable's order, as verl's imports do, also when a patch module is imported before one named ahead
+    of it (by another module that imports it first): a module waits for the patch modules named before it."""
     _INSTALLS[module] = install
     apply_pending()
     return module in _APPLIED
@@ -240,6 +244,14 @@ def apply_pending() -> None:
         check(patch)
         _INSTALLS[name]()
         _APPLIED.add(name)
+
+
+def removed_problems(env: Mapping[str, str]) -> list[str]:
+    """One message per switch of :data:`REMOVED` that ``env`` still sets (to anything but empty)."""
+    return [f"{var}={env[var]}: this switch was removed in issue 46 (each patch is on by default with a measured "
+            f"gain, or removed): {why}; git history keeps the patch. Unset {var} (in the environment, .env or "
+            "the run file)."
+            for var, why in REMOVED.items() if env.get(var, "") != ""]
 
 
 def compose(env: Mapping[str, str]) -> dict[str, str]:
@@ -305,12 +317,17 @@ def main(argv: list[str]) -> int:
     elif command == "off":
         for key, value in off_values().items():
             print(f"{key}={value}")
+    elif command == "removed":  # the train scripts' pre-flight: exit 2 naming each removed switch still set
+        problems = removed_problems(os.environ)
+        for problem in problems:
+            print(problem, file=sys.stderr)
+        return 2 if problems else 0
     elif command == "list":
         # VERL_EXT_RESOLVED=1: the train scripts pass their resolved switches (ACTOR_FSDP=auto already decided)
         resolved = os.environ.get("VERL_EXT_RESOLVED") == "1"
         print(listing(os.environ if resolved else resolved_env(os.environ)))
     else:
-        print(f"usage: {sys.argv[0]} compose|off|list", file=sys.stderr)
+        print(f"usage: {sys.argv[0]} compose|off|list|removed", file=sys.stderr)
         return 2
     return 0
 

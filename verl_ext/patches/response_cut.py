@@ -7,24 +7,21 @@ the GPU (``verl.workers.utils.padding``): every read is a synchronization, so fo
 build one index on the device and gather: the same values, and for values that carry a gradient the same
 gradient (each value is copied once; padding positions contribute zero).
 
+- ``response_index``: the packed positions of the responses' values, used by ``LM_HEAD_POSITIONS=response``
+  (``verl_ext.patches.response_logits``) to compute the LM head at those positions only.
 - ``response_values``: ``response_from_nested``'s result (a jagged nested tensor over the responses), used by
   ``OLD_LOG_PROB_PASS=auto`` for the old log-probs (``verl_ext.patches.on_policy_update``).
-- ``response_padded``: ``no_padding_2_padding``'s result (a padded ``(batch, max_response_len, ...)`` tensor), which
-  verl's PPO loss computes for the new log-probs every micro batch. ``install()`` puts it in place of verl's in
-  ``verl.workers.utils.losses`` (``LOSS_RESPONSE_CUT=gather``, loaded through ``VERL_USE_EXTERNAL_MODULES``).
+
+Not a patch itself: importing it changes nothing of verl. (The same gather in place of verl's per-sample cut in its
+PPO loss, ``LOSS_RESPONSE_CUT=gather``, did not pay as a default and was removed under issue 46;
+``verl_ext/patches/registry.py`` REMOVED says why, git history keeps it.)
 """
 
 from __future__ import annotations
 
-import functools
-from types import ModuleType
-from typing import Any, Callable
+from typing import Any
 
-from verl_ext.patches.import_hook import after_import
-from verl_ext.patches.registry import apply_if_named
-
-LOSSES_MODULE = "verl.workers.utils.losses"
-_PATCHED = "_verl_ext_response_cut"
+LOSSES_MODULE = "verl.workers.utils.losses"  # verl's losses module, which on_policy_update patches
 
 
 def response_index(sequence_offsets: Any, response_offsets: Any, response_tokens: int) -> Any:
@@ -60,54 +57,3 @@ def response_values(sequence_values: Any, response_mask: Any) -> Any:
         values[index], offsets=response_offsets.clone(),
         min_seqlen=getattr(response_mask, "_maybe_min_seqlen", None),
         max_seqlen=getattr(response_mask, "_maybe_max_seqlen", None))
-
-
-def response_padded(tensor: Any, data: Any, verl_cut: Callable[[Any, Any], Any]) -> Any:
-    """``no_padding_2_padding(tensor, data)``: each sample's response values, zero-padded to the longest response.
-
-    For nested prompts (verl's padding-free batches) one gather replaces verl's per-sample slice and pad; its two
-    checks (the values cover the sequences; no empty prompt) cost one read instead of two per sample plus two.
-    Padded batches (``attention_mask`` given) go to ``verl_cut``, verl's own function.
-    """
-    import torch
-    from verl.utils import tensordict_utils as tu
-
-    prompt_ids, response_ids = data["prompts"], data["responses"]
-    if not prompt_ids.is_nested:
-        return verl_cut(tensor, data)
-    values = tensor.values() if tensor.is_nested else tensor
-    prompt_lens, response_lens = prompt_ids.offsets().diff(), response_ids.offsets().diff()
-    ends = (prompt_lens + response_lens).cumsum(dim=0)
-    max_response_len = tu.get_non_tensor_data(data=data, key="max_response_len", default=-1)
-    checks = torch.stack([ends[-1], prompt_lens.eq(0).sum(), response_lens.max()]).tolist()  # the one read
-    total, empty_prompts, longest = checks
-    if total != values.shape[0]:
-        raise ValueError(f"the forward's values cover {values.shape[0]} tokens, the batch's sequences {total}")
-    if empty_prompts:
-        raise ValueError(f"{empty_prompts} sample(s) with an empty prompt: the response of sample i starts at "
-                         "end_i - len_i - 1, which needs prompt_len > 0 (as verl's no_padding_2_padding asserts)")
-    width = max_response_len if max_response_len >= 0 else longest
-    positions = torch.arange(width, device=values.device)
-    valid = positions < response_lens.unsqueeze(1)  # (batch, width)
-    index = (ends - response_lens - 1).unsqueeze(1) + positions  # out of range only where not valid
-    gathered = values[index.clamp(0, max(values.shape[0] - 1, 0))]  # (batch, width, *value dims)
-    return gathered.masked_fill(~valid.view(*valid.shape, *([1] * (values.ndim - 1))), 0)
-
-
-def patch_losses(losses: ModuleType) -> None:
-    """Give verl's PPO and value losses ``response_padded`` in place of ``no_padding_2_padding``."""
-    if getattr(losses, _PATCHED, False):
-        return
-    verl_cut = losses.no_padding_2_padding
-    losses.no_padding_2_padding = functools.wraps(verl_cut)(
-        functools.partial(response_padded, verl_cut=verl_cut))
-    setattr(losses, _PATCHED, True)
-
-
-def install() -> None:
-    """Patch verl's losses module now if imported, else as soon as it is."""
-    after_import(LOSSES_MODULE, patch_losses)
-
-
-# verl imports this module by name (VERL_USE_EXTERNAL_MODULES): check the versions, then apply
-apply_if_named(__name__, install)

@@ -80,6 +80,9 @@ patch_registry() {
 # plain verl for A/B runs and bug reports upstream. A switch set to anything else is refused. on (default): each
 # switch's own default.
 patches_switch() {
+  # a switch removed under issue 46 (its patch did not pay; verl_ext/patches/registry.py REMOVED says why) that is
+  # still set stops the run, naming it, instead of being ignored
+  patch_registry removed || exit 2
   require_choice PATCHES "${PATCHES:=on}" on off
   [[ "$PATCHES" == on || -n "${patches_switched:-}" ]] && return 0
   patches_switched=1  # once: grpo_args resolves some switches further (ROLLOUT_POLL_INTERVAL=off -> empty)
@@ -224,12 +227,6 @@ grpo_args() {
   # abort: also stops the run after its first step when (almost) no GRPO group has rewards that differ; off: neither.
   : "${SIGNAL_CHECK:=warn}"
   require_choice SIGNAL_CHECK "$SIGNAL_CHECK" warn abort off
-  # How verl's PPO loss cuts each response's log-probs out of the packed forward, every micro batch. verl: sample
-  # by sample with indices read back from the GPU (~3 synchronizations per sample); gather: one gather on the device,
-  # the same values and gradients (verl_ext/patches/response_cut.py). One fair H100 smoke pair (update 0.619 vs 0.717 s,
-  # docs/runs/2026-11-25-h100-fsdp1-smoke/NOTES.md, section 0p), not yet at the realistic load, so verl's stays the default.
-  : "${LOSS_RESPONSE_CUT:=verl}"
-  require_choice LOSS_RESPONSE_CUT "$LOSS_RESPONSE_CUT" verl gather
   # Where verl's fused LM head computes logits and log-probs. response: only the positions that predict a response
   # token, the only ones any loss or metric reads (TRL's logits_to_keep; verl_ext/patches/response_logits.py): H100 smoke
   # update 0.553 / 0.651 -> 0.479 / 0.476 s in two pairs, the head alone 0.132 -> 0.040 s per 13k-token micro batch
@@ -254,14 +251,6 @@ grpo_args() {
   # watch: report collections of 0.05 s or longer without freezing (a diagnostic).
   : "${GC_FREEZE:=1}"
   require_choice GC_FREEZE "$GC_FREEZE" 0 1 watch
-  # Seconds vLLM's shared-memory queue readers (its GPU worker) busy-loop after a read before they sleep; unset:
-  # vLLM's 1 s, during which the worker spins through the smoke step's update and sync (verl_ext/patches/vllm_idle_spin.py;
-  # not measured yet, so not a default)
-  : "${ROLLOUT_IDLE_SPIN_S:=}"
-  if [[ -n "$ROLLOUT_IDLE_SPIN_S" && ! "$ROLLOUT_IDLE_SPIN_S" =~ ^[0-9]+(\.[0-9]+)?$ ]]; then
-    echo "ROLLOUT_IDLE_SPIN_S must be a number of seconds >= 0 (or unset for vLLM's 1 s); got '$ROLLOUT_IDLE_SPIN_S'" >&2
-    exit 2
-  fi
   : "${GRADIENT_CHECKPOINTING:=1}" "${ACTOR_MODEL_DTYPE:=fp32}"
   : "${N_GPUS_PER_NODE:=1}" "${NNODES:=1}" "${TENSOR_PARALLEL_SIZE:=1}"
   # off: on one GPU, verl's LoRA actor is a plain module instead of FSDP2 units (verl_ext/patches/unsharded_actor.py): the
@@ -370,9 +359,9 @@ grpo_args() {
   log_prob_flags  # sets remove_padding, fused, external_lib
   # the resolved switches that decide which patches apply (verl_ext/patches/registry.py)
   local switches=(SIGNAL_CHECK="$SIGNAL_CHECK" ROLLOUT_WORKER_START="$ROLLOUT_WORKER_START"
-    OLD_LOG_PROB_PASS="$OLD_LOG_PROB_PASS" LOSS_RESPONSE_CUT="$LOSS_RESPONSE_CUT" LM_HEAD_POSITIONS="$LM_HEAD_POSITIONS"
+    OLD_LOG_PROB_PASS="$OLD_LOG_PROB_PASS" LM_HEAD_POSITIONS="$LM_HEAD_POSITIONS"
     ACTOR_FSDP="$ACTOR_FSDP" ACTOR_COMPILE="$ACTOR_COMPILE" GC_FREEZE="$GC_FREEZE"
-    ROLLOUT_IDLE_SPIN_S="$ROLLOUT_IDLE_SPIN_S" ATTN_IMPLEMENTATION="$ATTN_IMPLEMENTATION" ENABLE_LORA="$ENABLE_LORA"
+    ATTN_IMPLEMENTATION="$ATTN_IMPLEMENTATION" ENABLE_LORA="$ENABLE_LORA"
     ROLLOUT_LORA_MERGE="$ROLLOUT_LORA_MERGE" LORA_MERGE_BACKUP="$LORA_MERGE_BACKUP" LORA_MERGE_SYNC="$LORA_MERGE_SYNC"
     ROLLOUT_POLL_INTERVAL="$ROLLOUT_POLL_INTERVAL" TASK_RUNNER="${TASK_RUNNER:=driver}"
     TRANSFER_QUEUE_START="${TRANSFER_QUEUE_START:=overlap}" PATCHES="$PATCHES")
@@ -484,9 +473,6 @@ grpo_args() {
     ARGS+=(+ray_kwargs.ray_init.runtime_env.env_vars.VERL_EXT_ACTOR_FSDP=auto)
   fi
   [[ "$GC_FREEZE" == watch ]] && ARGS+=(+ray_kwargs.ray_init.runtime_env.env_vars.VERL_EXT_GC_FREEZE=watch)
-  if [[ -n "$ROLLOUT_IDLE_SPIN_S" ]]; then
-    ARGS+=(+ray_kwargs.ray_init.runtime_env.env_vars.VERL_EXT_VLLM_IDLE_SPIN_S="'$ROLLOUT_IDLE_SPIN_S'")
-  fi
   if [[ "$modules" != "${VERL_USE_EXTERNAL_MODULES:-}" ]]; then
     [[ "$modules" == *,* ]] && modules="'$modules'"
     ARGS+=(+ray_kwargs.ray_init.runtime_env.env_vars.VERL_USE_EXTERNAL_MODULES="$modules")
