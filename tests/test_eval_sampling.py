@@ -90,3 +90,37 @@ def test_vllm_parameters_match_verls_rollout_defaults(monkeypatch):
     assert made[0]["top_k"] == rollout.top_k == -1 and made[0]["top_p"] == rollout.top_p == 1.0
     assert made[0]["temperature"] == rollout.temperature == 1.0 and made[0]["repetition_penalty"] == 1.0
     assert made[0]["min_p"] == 0.0
+
+
+def test_vllm_replies_fit_the_context_and_a_prompt_without_room_gets_an_empty_reply(monkeypatch):
+    """A whole game conversation (--game-context game, Hanabi's up to 16 turns a seat) can outgrow the model's
+    context: vLLM would refuse the prompt and end the eval. Replies are cut to the room left, and a prompt with no
+    room gets an empty reply (rejected by the game loop) without reaching vLLM."""
+    made: list[dict] = []
+    fake = types.ModuleType("vllm")
+    fake.SamplingParams = lambda **kwargs: made.append(kwargs) or kwargs  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "vllm", fake)
+    backend = object.__new__(VLLMBackend)
+    backend.settings = GenerationSettings(max_new_tokens=256)
+    backend.lora_request = None
+    backend.tokenizer = types.SimpleNamespace(
+        apply_chat_template=lambda messages, **k: [1] * int(messages[0]["content"]))  # content = prompt length
+    sent: list[list[int]] = []
+
+    def generate(prompts, params, **kwargs):
+        sent.extend(p["prompt_token_ids"] for p in prompts)
+        return [types.SimpleNamespace(outputs=[types.SimpleNamespace(text=f"r{len(p['prompt_token_ids'])}",
+                                                                     token_ids=[3, 4])]) for p in prompts]
+
+    backend.llm = types.SimpleNamespace(generate=generate,
+                                        llm_engine=types.SimpleNamespace(model_config=types.SimpleNamespace(
+                                            max_model_len=8192)))
+    chats = [[{"role": "user", "content": str(n)}] for n in (100, 8000, 8192, 9000)]
+    assert backend.generate(chats, [1, 2, 3, 4]) == ["r100", "r8000", "", ""]
+    assert [len(p) for p in sent] == [100, 8000] and [m["max_tokens"] for m in made] == [256, 192]
+    assert [m["seed"] for m in made] == [1, 2] and backend.last_token_counts == [2, 2, 0, 0]
+    made.clear()
+    assert backend.generate([[{"role": "user", "content": "9000"}]], [5]) == [""] and not made
+    backend.llm = types.SimpleNamespace(generate=generate)  # an engine that does not say: the full budget
+    backend.generate([[{"role": "user", "content": "9000"}]], [5])
+    assert made[0]["max_tokens"] == 256

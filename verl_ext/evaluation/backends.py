@@ -273,20 +273,42 @@ class VLLMBackend:
             self.lora_request = LoRARequest("eval_adapter", 1, str(Path(adapter).resolve()))
         self.last_token_counts: list[int] = []
 
+    def max_model_len(self) -> int | None:
+        """The engine's context length (prompt + reply), None when the engine does not say."""
+        config = getattr(getattr(self.llm, "llm_engine", None), "model_config", None)
+        value = getattr(config, "max_model_len", None)
+        return int(value) if value else None
+
     def generate(self, chats: Sequence[Messages], seeds: Sequence[int]) -> list[str]:
+        """Replies of up to ``max_new_tokens``, cut to what the context length leaves after the prompt. A prompt
+        that leaves no room (a long game conversation, ``--game-context game``) gets an empty reply, which the game
+        loop rejects like any unparseable one, instead of vLLM's error ending the whole eval; the training agent
+        loop likewise stops a game whose tokens outgrow its budget (a truncated game pays 0 by default)."""
         from vllm import SamplingParams
 
         greedy = self.settings.temperature <= 0
-        params = [SamplingParams(max_tokens=self.settings.max_new_tokens,
+        limit = self.max_model_len()
+        ids = [prompt_ids(self.tokenizer, chat) for chat in chats]
+        room = [self.settings.max_new_tokens if limit is None else min(self.settings.max_new_tokens, limit - len(i))
+                for i in ids]
+        keep = [k for k, r in enumerate(room) if r > 0]
+        if len(keep) < len(ids):
+            logger.warning("vLLM: %d of %d prompts leave no room for a reply in the %s-token context; they get an "
+                           "empty reply", len(ids) - len(keep), len(ids), limit)
+        params = [SamplingParams(max_tokens=room[k],
                                  temperature=0.0 if greedy else self.settings.temperature,
-                                 top_p=1.0 if greedy else self.settings.top_p, seed=int(seed),
+                                 top_p=1.0 if greedy else self.settings.top_p, seed=int(seeds[k]),
                                  top_k=-1, min_p=0.0, repetition_penalty=1.0,  # verl's rollout: no top-k, no penalty
                                  skip_special_tokens=True)
-                  for seed in seeds]
-        prompts = [{"prompt_token_ids": prompt_ids(self.tokenizer, chat)} for chat in chats]
-        outputs = self.llm.generate(prompts, params, lora_request=self.lora_request, use_tqdm=False)
-        self.last_token_counts = [len(out.outputs[0].token_ids) if out.outputs else 0 for out in outputs]
-        return [out.outputs[0].text if out.outputs else "" for out in outputs]
+                  for k in keep]
+        outputs = self.llm.generate([{"prompt_token_ids": ids[k]} for k in keep], params,
+                                    lora_request=self.lora_request, use_tqdm=False) if keep else []
+        replies, counts = [""] * len(ids), [0] * len(ids)
+        for k, out in zip(keep, outputs):
+            counts[k] = len(out.outputs[0].token_ids) if out.outputs else 0
+            replies[k] = out.outputs[0].text if out.outputs else ""
+        self.last_token_counts = counts
+        return replies
 
     def close(self) -> None:
         engine = getattr(self.llm, "llm_engine", None)
