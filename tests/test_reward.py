@@ -158,3 +158,22 @@ def test_a_table_computed_under_other_settings_is_not_used_and_a_broken_one_is_n
     with caplog.at_level("ERROR"):
         assert _score(broken, reply)["failed"] == 1.0
     assert "extra_info.move_values" in caplog.text
+
+
+def test_one_column_is_one_answer_whoever_moves():
+    """The collapse metrics count answers by answer_id: connect_four's x3 and o3 (column 3 for either player) are
+    one favourite, different columns and an illegal reply are not."""
+    mixture = EnvMixture({"openspiel": {"game_types": ["connect_four"], "num_tasks_per_case": 40}})
+    by_mark: dict[str, tuple] = {}
+    for i, ref in enumerate(mixture.plan("train")):
+        task = mixture.build(ref)
+        mark = task.legal_moves[0][0]
+        if mark not in by_mark and f"{mark}3" in task.legal_moves and f"{mark}4" in task.legal_moves:
+            by_mark[mark] = (mixture.row(ref, "train", i), mark)
+    assert set(by_mark) == {"x", "o"}
+    ids = {mark: {col: _score(row, f"<answer>{mark}{col}</answer>")["answer_id"] for col in (3, 4)}
+           for mark, (row, _) in by_mark.items()}
+    assert ids["x"][3] == ids["o"][3] != ids["x"][4] == ids["o"][4]
+    x_row = by_mark["x"][0]
+    illegal = _score(x_row, "<answer>o3</answer>")  # the other player's mark: not a legal move here
+    assert illegal["valid"] == 0.0 and illegal["answer_id"] not in (ids["x"][3], 0.0)

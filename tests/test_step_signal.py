@@ -87,8 +87,11 @@ def test_answer_ids_are_the_rewards_canonical_answers_and_hostile_replies_are_no
         def score(text: object) -> dict:
             return compute_score(row["data_source"], text, row["reward_model"]["ground_truth"], row["extra_info"])
         answer = task.legal_moves[0] if task.legal_moves else "12"
+        adapter = mixture.adapters[ref.env]
+        # a legal move counts as its OpenSpiel action (x(1,1) and o(1,1) are one cell); a puzzle answer as its text
+        canonical = adapter.answer_key(ref.case, task.state, answer) if ref.env == "openspiel" else answer
         assert score(f"<answer>{answer}</answer>")["answer_id"] == score(f"<answer>  {answer} </answer>")["answer_id"] \
-            == answer_id(answer)  # the parser's whitespace rules: one canonical answer
+            == answer_id(canonical)  # the parser's whitespace rules: one canonical answer
         for hostile in (None, 42, "", "no tags", "<answer>a</answer><answer>b</answer>", "<answer>x</answer> more",
                         "<answer></answer>", "<answer>" + "9" * 50_000 + "</answer>"):
             result = score(hostile)
@@ -297,7 +300,8 @@ def test_verls_trainer_adds_the_metrics_to_its_step_warns_once_and_aborts_when_a
     assert first["collapse/distinct_answers"] == 2.0 and first["collapse/favourite_share"] == 0.75
     entropy_d = -(0.75 * math.log(0.75) + 0.25 * math.log(0.25))
     assert first["collapse/answer_entropy"] == pytest.approx((math.log(4) + entropy_d) / 4)
-    assert first["collapse/favourite_share/tic_tac_toe"] == pytest.approx(4 / 16)
+    # per case, one cell whoever moves: the four x(0,2) replies and one o(0,2) name cell (0,2), 5 of 16 replies
+    assert first["collapse/favourite_share/tic_tac_toe"] == pytest.approx(5 / 16)
     assert first["signal/alarm"] == 0.0 and first["collapse/alarm"] == 0.0
     assert steps[4]["signal/group_share"] == 0.0 and steps[4]["collapse/answer_entropy"] == 0.0
     assert steps[4]["collapse/favourite_share"] == 1.0 and steps[4]["signal/alarm"] == 1.0

@@ -32,7 +32,8 @@ from .log_limit import RateLimitedLog
 logger = logging.getLogger(__name__)
 # Every call returns exactly these keys (verl turns them into metrics; keys must not vary by sample).
 # For a game row format_ok/valid are the rates of well-formed/legal replies and task_score the outcome value.
-# answer_id: the canonical answer as a number (envs/answer.py; 0 = none), for the per-step collapse metrics.
+# answer_id: the canonical answer as a number (envs/answer.py; 0 = none), for the per-step collapse metrics; an
+# adapter's answer_key (OpenSpiel: the move's action, one id for x3 and o3) when it has one.
 METRIC_KEYS = ("score", "format_ok", "valid", "task_score", "failed", "reward_ms", "dataset_ms", "answer_id") \
     + GAME_METRIC_KEYS
 _MAX_LOGGED_FAILURES = 20
@@ -112,8 +113,11 @@ def compute_score(data_source: Any = None, solution_str: Any = None, ground_trut
             if info.get("move_values") is not None and hasattr(adapter, "prime_move_values"):
                 adapter.prime_move_values(str(info["case"]), str(info["state"]), info["move_values"])
             result = adapter.score(str(info["case"]), str(info["state"]), solution_str)
+            answer = result.parsed
+            if result.valid and answer is not None and hasattr(adapter, "answer_key"):
+                answer = adapter.answer_key(str(info["case"]), str(info["state"]), answer)
             scored = _result(result.score, result.format_ok, result.valid, result.task_score, False, started,
-                             _dataset_ms(info), answer=result.parsed)
+                             _dataset_ms(info), answer=answer)
     except RecordError as err:  # a game record that does not add up: refused, scored 0, counted as failed
         _refusals.warn("verl_ext.compute_score refused a game record (data_source=%r): %s; scoring 0",
                        data_source, err)

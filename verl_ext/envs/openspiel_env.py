@@ -416,6 +416,12 @@ class OpenSpielAdapter:
         (one action can be several moves' text: tic_tac_toe's ``x(1,1)`` and ``o(1,1)`` are cell 4)."""
         return dict(self._position(case, state).moves)
 
+    def answer_key(self, case: str, state: str, move: str) -> str:
+        """What the collapse metrics count as one answer: the OpenSpiel action of a legal ``move``, so that
+        connect_four's ``x3`` and ``o3`` (column 3 whoever moves) are one favourite; other text stays itself."""
+        action = self._position(case, state).moves.get(move)
+        return move if action is None else f"action:{action}"
+
     def task_scores(self, case: str, state: str) -> dict[int, float]:
         """The task score ``score`` pays for each legal action of the position (``reward_mode`` engine or outcome:
         the move's value relative to the best; legal: 1.0 for every move)."""
