@@ -64,9 +64,11 @@ def test_the_base_makes_a_rules_cold_start_of_the_three_card_games(tmp_path):
 @pytest.mark.parametrize("run", CARD_RUNS)
 def test_each_card_run_composes_and_its_eval_measures_the_targets(tmp_path, run):
     stages = dry_run(tmp_path, run)
-    assert list(stages) == ["grpo", "merge", "eval", "plot"]
+    poker = run != "hanabi"
+    assert list(stages) == ["grpo", "merge", "eval", "plot"] + (["curve"] if poker else [])
     cfg = compose("ppo_trainer", overrides_of(stages["grpo"][0]))
     assert check_ppo(cfg, check_imports=False) == []
+    assert cfg.trainer.max_actor_ckpt_to_keep == (0 if poker else 2)  # 0: verl keeps every checkpoint (curve)
     env = OmegaConf.to_container(cfg.data.env, resolve=True)
     spiel = env["openspiel"]
     assert spiel["task_mode"] == "game" and spiel["reward_mode"] == "legal"
@@ -107,3 +109,27 @@ def test_the_poker_runs_opponent_mixture_plays_whole_hands_in_the_agent_loop(gam
         met.add(record.opponent)
     assert met <= {"self", "cfr:1000", "random"} and len(met) >= 2
     cfr.forget_memory()
+
+
+def test_the_kuhn_curve_stage_scores_the_cold_start_every_tenth_checkpoint_and_the_last(tmp_path):
+    """The curve stage of the kuhn run: checkpoints 10 and 20 merged to temporary folders (30 is the merge stage's
+    model), one teacher-forced exploitability eval of steps 0/10/20/30, the folders deleted, then the curve."""
+    curve = dry_run(tmp_path, "kuhn")["curve"]
+    run_dir, hf = tmp_path / "kuhn", tmp_path / "kuhn" / "curve_hf"
+    merges, (evaluate, remove, plot) = curve[:-3], curve[-3:]
+    assert [m[m.index("--step") + 1] for m in merges] == ["10", "20"]
+    for merge, step in zip(merges, ("10", "20")):
+        assert merge[1:4] == ["-m", "verl_ext.merge.cli", str(run_dir / "grpo")]
+        assert merge[merge.index("-o") + 1] == str(hf / f"step_{step}") and "--force" in merge
+    args, eval_env = parse_args(evaluate[evaluate.index("eval") + 1:])
+    assert args.models == [f"step_0={run_dir / 'sft_hf'}", f"step_10={hf / 'step_10'}", f"step_20={hf / 'step_20'}",
+                           f"step_30={run_dir / 'grpo_hf'}"]
+    assert args.suites == "exploitability" and args.backend == "transformers" and args.out == str(run_dir / "curve")
+    assert resolve_suites(args.suites, EnvMixture(single_move_section(eval_env), where="env")) == ["exploitability"]
+    assert remove == ["rm", "-rf", str(hf)]
+    assert plot[1:4] == ["-m", "verl_ext.evaluation.exploitability_curve", str(run_dir / "curve" / "results.json")]
+    assert plot[plot.index("--steps") + 1:plot.index("--out")] == ["0", "10", "20", "30"]
+    assert plot[plot.index("--out") + 1] == str(run_dir / "plots")
+    leduc = dry_run(tmp_path, "leduc")["curve"]  # 20 steps: checkpoint 10 merged, 20 is the merge stage's
+    assert [m[m.index("--step") + 1] for m in leduc[:-3]] == ["10"]
+    assert leduc[-1][leduc[-1].index("--steps") + 1:leduc[-1].index("--out")] == ["0", "10", "20"]

@@ -5,7 +5,8 @@
 #   bash train/recipes/recipe.sh [--dry-run] [STAGE ...] [KEY=VALUE ...]       # default: all
 #   MODEL=smollm2 bash train/recipes/recipe.sh                                  # = train/recipes/pretrained.sh
 #   MODEL=blank bash train/recipes/recipe.sh                                    # = train/recipes/from-scratch.sh
-#   stages: model export sft hf signal grpo merge eval plot  (all = in this order), status
+#   stages: model export sft hf signal grpo merge eval plot  (all = in this order), status; optional, named only:
+#   curve (after merge: exploitability of the cold start and of every CURVE_EVERY-th kept GRPO checkpoint)
 #   KEY=VALUE: Hydra overrides for the grpo stage, e.g. actor_rollout_ref.actor.entropy_coeff=0.01
 #
 # MODEL picks the starting model: blank (a random-init tiny Qwen2 with a task tokenizer, verl_ext.tiny_model),
@@ -22,7 +23,7 @@
 # Knobs (environment, defaults below; docs/learning.md): RUN_DIR MODEL MODEL_WHEEL COLD_START GAME_TYPES
 # LOGIC_CASES ENV_OVERRIDES MODEL_SHAPE SFT_TASKS_PER_CASE SFT_GAME_SHARE VAL_TASKS_PER_CASE EXPORT_JOBS SFT_EPOCHS SFT_LR
 # SFT_BATCH_SIZE SIGNAL_PROMPTS GRPO_STEPS GRPO_LORA GRPO_LR GRPO_REWARD_MODE GRPO_SAVE_FREQ GRPO_KEEP_CHECKPOINTS
-# GRPO_TEST_FREQ EVAL_SUITES EVAL_GAMES EVAL_OPPONENTS EVAL_GAME_CONTEXT EVAL_ILLEGAL_RETRIES EVAL_BASE_MODEL EVAL_BACKEND
+# GRPO_TEST_FREQ CURVE_EVERY EVAL_SUITES EVAL_GAMES EVAL_OPPONENTS EVAL_GAME_CONTEXT EVAL_ILLEGAL_RETRIES EVAL_BASE_MODEL EVAL_BACKEND
 # EVAL_GENERATION_LENGTH; any train-script knob
 # (TRAIN_BATCH_SIZE, ROLLOUT_N, GPU_MEMORY_UTILIZATION, SYSTEM_PROMPT, ...) passes through to the GRPO stage.
 # shellcheck source-path=SCRIPTDIR
@@ -102,6 +103,13 @@ else : "${GRPO_LR:=1e-5}"; fi
 # (0: it forfeits); EVAL_BASE_MODEL=0 leaves the starting model out of the eval (the cold start and GRPO models stay)
 : "${EVAL_GAME_CONTEXT:=turn}" "${EVAL_ILLEGAL_RETRIES:=0}" "${EVAL_BASE_MODEL:=1}"
 require_choice EVAL_BASE_MODEL "$EVAL_BASE_MODEL" 0 1
+# curve stage (kuhn_poker / leduc_poker): the GRPO checkpoints it scores, every CURVE_EVERY-th step of those kept
+# (GRPO_KEEP_CHECKPOINTS=0 keeps all), and always the last one (the merge stage's model)
+: "${CURVE_EVERY:=$GRPO_SAVE_FREQ}"
+if ! [[ "$CURVE_EVERY" =~ ^[1-9][0-9]*$ ]]; then
+  echo "CURVE_EVERY: a positive step count, got '$CURVE_EVERY'" >&2
+  exit 2
+fi
 # EVAL_SUITES: verl-ext eval's --suites (auto: held-out single moves + games against the bots if games are
 # configured, puzzles if puzzles are)
 : "${EVAL_SUITES:=auto}"
@@ -331,9 +339,38 @@ stage_plot() {
   fi
 }
 
+# Exploitability over training (kuhn_poker, leduc_poker): the model GRPO starts from (step 0), every CURVE_EVERY-th kept GRPO
+# checkpoint (merged to a temporary HF folder, deleted after the eval) and the last one (the merge stage's model),
+# teacher-forced in one eval (transformers), then the curve: plots/exploitability_curve.{json,png}.
+stage_curve() {
+  need "$START/config.json" "$START_STAGE"
+  need "$GRPO_HF/config.json" merge
+  local latest step steps=() points=(0) models=(step_0="$START") tmp="$RUN_DIR/curve_hf" lora=()
+  [[ "$GRPO_LORA" == "1" ]] && lora=(--merge-lora)
+  if [[ "$DRY_RUN" == "1" ]]; then  # the checkpoints a full run keeps
+    latest="$GRPO_STEPS"
+    for (( step = GRPO_SAVE_FREQ; step < latest; step += GRPO_SAVE_FREQ )); do steps+=("$step"); done
+  else
+    latest="$(cat "$GRPO_DIR/latest_checkpointed_iteration.txt")"
+    mapfile -t steps < <(compgen -G "$GRPO_DIR/global_step_*" | sed 's/.*global_step_//' | sort -n)
+  fi
+  for step in ${steps[@]+"${steps[@]}"}; do
+    (( step < latest && step % CURVE_EVERY == 0 )) || continue
+    run "$PYTHON" -m verl_ext.merge.cli "$GRPO_DIR" --step "$step" -o "$tmp/step_$step" ${lora[@]+"${lora[@]}"} \
+      --force --no-progress
+    models+=("step_$step=$tmp/step_$step") && points+=("$step")
+  done
+  models+=("step_$latest=$GRPO_HF") && points+=("$latest")
+  run "$PYTHON" -m verl_ext.cli eval ${ENV_SETS[@]+"${ENV_SETS[@]}"} --models "${models[@]}" --suites exploitability \
+    --backend transformers --seed "$RECIPE_SEED" --no-progress --out "$RUN_DIR/curve"
+  run rm -rf "$tmp"
+  run "$PYTHON" -m verl_ext.evaluation.exploitability_curve "$RUN_DIR/curve/results.json" --steps "${points[@]}" \
+    --out "$RUN_DIR/plots" --title "Exploitability over GRPO from $(basename "$START")"
+}
+
 stage_status() {
   local stage
-  for stage in "${STAGES[@]}"; do
+  for stage in "${STAGES[@]}" curve; do
     if [[ -f "$RUN_DIR/$stage.done" ]]; then echo "$stage: done ($(cat "$RUN_DIR/$stage.done"))"; else echo "$stage: to do"; fi
   done
 }
@@ -381,7 +418,7 @@ if (( ${#requested[@]} == 0 )) || [[ "${requested[*]}" == "all" ]]; then request
 for stage in "${requested[@]}"; do
   case "$stage" in
     status) stage_status ;;
-    model|export|sft|hf|signal|grpo|merge|eval|plot) do_stage "$stage" ;;
-    *) echo "recipe: unknown stage '$stage' (stages: ${STAGES[*]}, all, status)" >&2; exit 2 ;;
+    model|export|sft|hf|signal|grpo|merge|eval|plot|curve) do_stage "$stage" ;;
+    *) echo "recipe: unknown stage '$stage' (stages: ${STAGES[*]}, all, status; optional: curve)" >&2; exit 2 ;;
   esac
 done
