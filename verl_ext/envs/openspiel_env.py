@@ -423,8 +423,8 @@ class OpenSpielAdapter:
         return move if action is None else f"action:{action}"
 
     def task_scores(self, case: str, state: str) -> dict[int, float]:
-        """The task score ``score`` pays for each legal action of the position (``reward_mode`` engine or outcome:
-        the move's value relative to the best; legal: 1.0 for every move)."""
+        """The task score ``score`` pays for each legal action of the position (``reward_mode`` engine: the move's
+        value relative to the best; outcome: its mean playout return; legal: 1.0 for every move), in [0, 1]."""
         position = self._position(case, state)
         if self.config.reward_mode == "legal":
             return {action: 1.0 for action in position.moves.values()}
@@ -444,15 +444,7 @@ class OpenSpielAdapter:
         action = position.moves.get(parsed.text)
         if action is None:
             return ScoreResult(cfg.format_weight, True, False, 0.0, parsed.text, "illegal_move")
-        if cfg.reward_mode == "legal":
-            task_score = 1.0
-        elif cfg.reward_mode == "outcome":
-            task_score = self._outcomes_table(case, state, position)[action]
-        else:
-            analysis = self._analysis(case, state, position)
-            best = max(analysis.values())
-            task_score = 1.0 - (best - analysis.get(action, 0.0))
-        task_score = min(1.0, max(0.0, task_score))
+        task_score = self.task_scores(case, state)[action]
         total = cfg.format_weight + (1.0 - cfg.format_weight) * task_score
         return ScoreResult(total, True, True, task_score, parsed.text, "ok")
 
