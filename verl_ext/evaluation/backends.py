@@ -11,7 +11,8 @@ import gc
 import importlib.util
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -21,6 +22,7 @@ from ..envs.config import ConfigError
 logger = logging.getLogger(__name__)
 BACKENDS = ("auto", "transformers", "vllm")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
+SCORING_DTYPES = DTYPES[1:]  # teacher-forced scoring names its dtype (the exploitability suite: float32)
 Messages = Sequence[dict[str, str]]
 
 
@@ -100,6 +102,30 @@ def check_model_dir(path: str, flag: str) -> None:
 
 
 # --------------------------------------------------------------------------- transformers
+@contextmanager
+def full_float32_matmuls() -> Iterator[None]:
+    """float32 matmuls in full precision (no TF32) inside, the previous settings restored after: another library
+    of the process (vLLM, a trainer) may have allowed TF32, which would make float32 scores depend on it."""
+    import torch
+
+    saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32,
+             torch.get_float32_matmul_precision())
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    torch.set_float32_matmul_precision("highest")
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved[:2]
+        torch.set_float32_matmul_precision(saved[2])
+
+
+def resolve_dtype(dtype: str, device_type: str) -> str:
+    """The torch dtype name ``--dtype`` means on ``device_type`` (``auto``: bfloat16 on CUDA, float32 elsewhere)."""
+    if dtype == "auto":
+        return "bfloat16" if device_type == "cuda" else "float32"
+    return dtype
+
+
 def sampling_kwargs(settings: GenerationSettings) -> dict[str, Any]:
     """``generate`` keywords for sampled decoding as verl 0.9.1's rollout samples (rollout.yaml: temperature,
     top_p, ``top_k: -1``, and ``repetition_penalty=1.0`` in every request): explicit, so that neither
@@ -131,9 +157,8 @@ class TransformersBackend:
             self.device = torch.device(device)
         except RuntimeError as err:
             raise ConfigError(f"--device: invalid device {settings.device!r}: {err}") from None
-        dtype = settings.dtype
-        if dtype == "auto":
-            dtype = "bfloat16" if self.device.type == "cuda" else "float32"
+        self.dtype = resolve_dtype(settings.dtype, self.device.type)
+        dtype = self.dtype
         self.tokenizer = load_tokenizer(path, trust_remote_code)
         self.tokenizer.padding_side = "left"
         if self.tokenizer.pad_token_id is None:
@@ -185,9 +210,9 @@ class TransformersBackend:
     def continuation_logprobs(self, chats: Sequence[Messages], continuations: Sequence[str]) -> list[float]:
         """Summed log-probability of ``continuations[i]`` as the reply to ``chats[i]``, teacher-forced: the reply's
         tokens (``tokenizer.encode`` without special tokens, as a response is tokenized alone) after the chat
-        template's generation prompt, under the model's raw logits (temperature 1). Batched by length
-        (``batch_size`` rows per forward), left-padded with explicit position ids; only the logits that predict
-        reply tokens are computed (``logits_to_keep``)."""
+        template's generation prompt, under the model's raw logits (temperature 1) in the backend's dtype (float32
+        matmuls without TF32). Batched by length (``batch_size`` rows per forward), left-padded with explicit
+        position ids; only the logits that predict reply tokens are computed (``logits_to_keep``)."""
         import torch
 
         if len(chats) != len(continuations):
@@ -213,7 +238,7 @@ class TransformersBackend:
             ids = torch.tensor([[pad] * (width - len(seq)) + seq for seq in seqs], device=self.device)
             mask = torch.tensor([[0] * (width - len(seq)) + [1] * len(seq) for seq in seqs], device=self.device)
             positions = (mask.cumsum(-1) - 1).clamp(min=0)
-            with torch.no_grad():
+            with torch.no_grad(), full_float32_matmuls():
                 try:
                     logits = self.model(input_ids=ids, attention_mask=mask, position_ids=positions,
                                         logits_to_keep=keep, use_cache=False).logits

@@ -22,7 +22,7 @@ from typing import Any
 
 from ..envs.config import ConfigError, to_plain
 from ..mixture import EnvMixture, config_dict
-from .backends import BACKENDS, DTYPES, GenerationSettings
+from .backends import BACKENDS, DTYPES, SCORING_DTYPES, GenerationSettings
 
 SUITES = ("single", "arena", "logic", "exploitability")
 SUITE_KEYS = {"single": "single_move", "arena": "arena", "logic": "logic", "exploitability": "exploitability"}
@@ -48,6 +48,10 @@ def build_parser() -> argparse.ArgumentParser:
                                                         "the reference policy")
     p.add_argument("--cfr-iterations", type=int, default=1000,
                    help="exploitability suite: solver iterations (solved once, cached in $VERL_EXT_CACHE/cfr)")
+    p.add_argument("--exploitability-dtype", choices=SCORING_DTYPES, default="float32",
+                   help="exploitability suite: compute dtype of the teacher-forced scoring (transformers backend, "
+                        "whatever --backend/--dtype generate with); bf16 logits quantize the log-probs in 1/8 nat "
+                        "steps")
     p.add_argument("--games-per-case", type=int, default=20, help="games per case and opponent (seats alternate)")
     p.add_argument("--opponents", default="random,mcts:200",
                    help="comma list of random, mcts:N (N simulations), cfr:N (CFR+ policy after N iterations; "
@@ -67,7 +71,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", choices=BACKENDS, default="auto", help="auto: vLLM if installed and a GPU is seen")
     p.add_argument("--batch-size", type=int, default=16, help="prompts per generate call (transformers)")
     p.add_argument("--device", default="auto", help="transformers device (auto: cuda if available, else cpu)")
-    p.add_argument("--dtype", choices=DTYPES, default="auto", help="auto: bfloat16 on GPU, float32 on CPU")
+    p.add_argument("--dtype", choices=DTYPES, default="auto",
+                   help="generation dtype (auto: bfloat16 on GPU, float32 on CPU); the exploitability suite scores "
+                        "in --exploitability-dtype")
     p.add_argument("--vllm-gpu-memory-utilization", type=float, default=0.85)
     p.add_argument("--vllm-max-model-len", type=int, default=None)
     p.add_argument("--vllm-tensor-parallel-size", type=int, default=1)
@@ -182,7 +188,8 @@ def single_move_section(env_section: dict[str, Any]) -> dict[str, Any]:
 def run(argv: list[str] | None = None) -> int:
     """Parse, evaluate every model, write the outputs. Raises ConfigError on bad input."""
     from .arena import Arena, ArenaSettings, legal_adapter, parse_opponents
-    from .exploitability import build_references, reference_results, supported_cases
+    from .exploitability import (build_references, make_scorer, reference_results, scoring_backend,
+                                 scoring_settings, supported_cases)
     from .logic import evaluate_logic
     from .policies import make_policy, parse_model_specs
     from .report import markdown, write_all
@@ -267,12 +274,15 @@ def run(argv: list[str] | None = None) -> int:
             engine, heldout_tasks(mixture, "openspiel"), engine_skipped)
     if references:
         results["exploitability_reference"] = reference_results(references, poker_skipped, args.cfr_solver,
-                                                                args.cfr_iterations)
-    # Teacher-forced scoring runs on the transformers backend: load that one when nothing else needs generation.
-    backend_kind = "transformers" if suites == ["exploitability"] else args.backend
+                                                                args.cfr_iterations, args.exploitability_dtype)
+    # Teacher-forced scoring runs on a transformers backend in the scoring dtype: when nothing else needs
+    # generation, the policy's own backend is that one (one load per model).
+    backend_kind, policy_settings = args.backend, generation
+    if suites == ["exploitability"]:
+        backend_kind, policy_settings = "transformers", scoring_settings(generation, args.exploitability_dtype)
     for spec in specs:
         started = time.perf_counter()
-        policy = make_policy(spec, backend_kind, generation)
+        policy = make_policy(spec, backend_kind, policy_settings)
         backend = getattr(getattr(policy, "backend", None), "name", "scripted")
         model: dict[str, Any] = {"spec": spec.describe(), "backend": backend}
         try:
@@ -283,17 +293,18 @@ def run(argv: list[str] | None = None) -> int:
                 model["arena"] = arena.play(policy, progress)
             if "logic" in suites:
                 model["logic"] = evaluate_logic(policy, mixture, args.seed, args.confidence, progress)
-            if references and (spec.scripted or backend == "transformers"):
-                model["exploitability"] = _exploitability(policy, references, Path(args.out))
+            own = scoring_backend(policy, args.exploitability_dtype)
+            if references and (spec.scripted or own is not None):
+                model["exploitability"] = _exploitability(policy, references, Path(args.out), own)
         finally:
             policy.close()
-        if references and "exploitability" not in model:  # generated with vLLM: score with transformers after it
-            from .backends import TransformersBackend
+        if references and "exploitability" not in model:  # generated with vLLM or in bf16: a scorer after it
             from .policies import ModelPolicy
 
-            scorer = TransformersBackend(spec.path, spec.adapter, generation, spec.trust_remote_code)
+            scorer = make_scorer(spec, generation, args.exploitability_dtype)
             try:
-                model["exploitability"] = _exploitability(ModelPolicy(spec.name, scorer), references, Path(args.out))
+                model["exploitability"] = _exploitability(ModelPolicy(spec.name, scorer), references, Path(args.out),
+                                                          scorer)
             finally:
                 scorer.close()
         results["models"][spec.name] = model
@@ -304,14 +315,15 @@ def run(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _exploitability(policy: Any, references: dict[str, Any], out: Path) -> dict[str, Any]:
-    """The exploitability suite for one policy; its full tabular policies go to ``out/exploitability/``."""
+def _exploitability(policy: Any, references: dict[str, Any], out: Path, scorer: Any = None) -> dict[str, Any]:
+    """The exploitability suite for one policy, a model scored by ``scorer``; its full tabular policies go to
+    ``out/exploitability/``."""
     import json
 
     from .exploitability import evaluate_exploitability
     from .report import _atomic_write
 
-    summary, tables = evaluate_exploitability(policy, references)
+    summary, tables = evaluate_exploitability(policy, references, scorer)
     for case, table in tables.items():
         name = f"exploitability/{policy.name}.{re.sub(r'[^A-Za-z0-9_.-]+', '_', case).strip('_')}.json"
         _atomic_write(out / name, (json.dumps(table, indent=1, sort_keys=True) + "\n").encode())

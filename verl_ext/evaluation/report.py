@@ -71,10 +71,11 @@ def _exploitability_lines(results: dict[str, Any]) -> list[str]:
         return []
     names = _models_with(results, "exploitability")
     cfr = f"{reference['cfr_solver'].upper()} x{reference['cfr_iterations']}"
+    dtype = f" in {reference['scoring_dtype']}" if reference.get("scoring_dtype") else ""
     lines = [f"## {SUITE_TITLES['exploitability']}", "",
              "Exploitability = NashConv / 2: what a best response wins against the policy, averaged over the two "
              "seats (chips per hand; 0 at a Nash equilibrium). A model's policy at each information state is the "
-             "softmax over the legal moves of log P(<answer>MOVE</answer> | prompt), teacher-forced. "
+             f"softmax over the legal moves of log P(<answer>MOVE</answer> | prompt), teacher-forced{dtype}. "
              "vs random / vs CFR = the model's exact expected chips per hand against that policy, seats averaged.",
              ""]
     header = ["case", "info states", "uniform random", cfr]
