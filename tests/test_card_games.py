@@ -310,5 +310,7 @@ def test_sft_export_of_whole_hands_and_single_moves(case: str, cfr_cache: Path):
         task = single.make_task(ref.case, ref.index, ref.seed)
         assert ref_row["response"] == single.reference_answer(task)
         assert rules_row["response"].removeprefix("<answer>").removesuffix("</answer>") in task.legal_moves
-    with pytest.raises(ConfigError, match="--answers rules: full-game rows"):
-        build_rows(games, "train", "sft", progress=False, answers="rules")
+    # rules on whole hands: the same deals, a random legal move at every turn (tests/test_game_demonstrations.py)
+    random_hands, _ = build_rows(games, "train", "sft", progress=False, answers="rules")
+    assert [r["prompt"] for r in random_hands] == [r["prompt"] for r in rows]
+    assert all(r["messages"][-1]["role"] == "assistant" for r in random_hands)

