@@ -7,8 +7,10 @@
 # configures one run: its stages (grpo merge eval plot) run in $ROOT/<file name without .env>, which starts as a
 # copy of base (hard links: the model, the data, the SFT model, their .done markers and logs). Each file is bash
 # that sets recipe knobs (GAME_TYPES, LOGIC_CASES, ENV_OVERRIDES, GRPO_STEPS, EVAL_SUITES, ...), GRPO_ARGS (an
-# array of Hydra overrides for the grpo stage) and RUN_STAGES (default "grpo merge eval plot"; BASE_STAGES in
-# the base file, default "model export sft hf"); base.env's settings are the defaults of every run. All models are
+# array of Hydra overrides for the grpo stage), RUN_STAGES (default "grpo merge eval plot"; BASE_STAGES in
+# the base file, default "model export sft hf") and FINAL_STAGES (default none: stages that run only once every
+# run's RUN_STAGES have ended, e.g. the curve stage, so that no run's eval waits behind another run's extras);
+# base.env's settings are the defaults of every run. All models are
 # therefore judged against one cold-start model, on held-out sets that depend only on the case settings
 # (verl_ext/held_out.py). After every run its folder is packed into $OUT/<name>.tgz (no weights).
 # PARALLEL=1 runs the GRPO stages of all runs at once on the one GPU (see below), the other stages in turn.
@@ -62,7 +64,7 @@ fork() {
 }
 
 # Recipe stages of run file SPEC in ROOT/NAME, logged to ROOT/NAME/run.log: run_stages SPEC [STAGES...]; without
-# STAGES, the run file's RUN_STAGES (default grpo merge eval plot)
+# STAGES, the run file's RUN_STAGES (default grpo merge eval plot); STAGES "final": its FINAL_STAGES (none: nothing)
 run_stages() {
   local spec="$1" dir
   shift
@@ -76,6 +78,8 @@ run_stages() {
     set +a
     stages=("$@")
     if (( ${#stages[@]} == 0 )); then read -r -a stages <<< "${RUN_STAGES:-grpo merge eval plot}"; fi
+    if [[ "${stages[*]}" == final ]]; then read -r -a stages <<< "${FINAL_STAGES:-}"; fi
+    (( ${#stages[@]} )) || exit 0
     RUN_DIR="$dir" bash train/recipes/recipe.sh "${stages[@]}" ${GRPO_ARGS[@]+"${GRPO_ARGS[@]}"}
   ) >> "$dir/run.log" 2>&1
 }
@@ -119,6 +123,14 @@ for spec in "$@"; do
   status=0
   run_stages "$spec" || status=$?
   echo "run $name: exit $status" | tee -a "$ROOT/$name/run.log"
+  pack "$name"
+done
+# each run file's FINAL_STAGES (none by default), once every run's eval is written
+for spec in "$@"; do
+  name="$(basename "$spec" .env)"
+  status=0
+  run_stages "$spec" final || status=$?
+  echo "run $name: final stages exit $status" | tee -a "$ROOT/$name/run.log"
   pack "$name"
 done
 echo "all runs ended"

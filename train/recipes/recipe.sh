@@ -25,7 +25,7 @@
 # LOGIC_CASES ENV_OVERRIDES MODEL_SHAPE SFT_TASKS_PER_CASE SFT_GAME_SHARE VAL_TASKS_PER_CASE EXPORT_JOBS SFT_EPOCHS SFT_LR
 # SFT_BATCH_SIZE SIGNAL_PROMPTS GRPO_STEPS GRPO_LORA GRPO_LR GRPO_REWARD_MODE GRPO_SAVE_FREQ GRPO_KEEP_CHECKPOINTS
 # GRPO_TEST_FREQ CURVE_EVERY EVAL_SUITES EVAL_GAMES EVAL_OPPONENTS EVAL_GAME_CONTEXT EVAL_ILLEGAL_RETRIES EVAL_BASE_MODEL EVAL_BACKEND
-# EVAL_GENERATION_LENGTH; any train-script knob
+# EVAL_GENERATION_LENGTH EVAL_TEMPERATURE; any train-script knob
 # (TRAIN_BATCH_SIZE, ROLLOUT_N, GPU_MEMORY_UTILIZATION, SYSTEM_PROMPT, ...) passes through to the GRPO stage.
 # shellcheck source-path=SCRIPTDIR
 set -euo pipefail
@@ -106,6 +106,10 @@ else : "${GRPO_LR:=1e-5}"; fi
 # (0: it forfeits); EVAL_BASE_MODEL=0 leaves the starting model out of the eval (the cold start and GRPO models stay)
 : "${EVAL_GAME_CONTEXT:=turn}" "${EVAL_ILLEGAL_RETRIES:=0}" "${EVAL_BASE_MODEL:=1}"
 require_choice EVAL_BASE_MODEL "$EVAL_BASE_MODEL" 0 1
+# EVAL_TEMPERATURE: 0 plays the model's greedy reply (its most likely move); 1.0 samples as the GRPO rollouts do,
+# the policy a mixed-strategy game (poker) is trained and measured as (the exploitability suite scores the same
+# softmax policy)
+: "${EVAL_TEMPERATURE:=0}"
 # curve stage (kuhn_poker / leduc_poker): the GRPO checkpoints it scores, every CURVE_EVERY-th step of those kept
 # (GRPO_KEEP_CHECKPOINTS=0 keeps all), and always the last one (the merge stage's model)
 : "${CURVE_EVERY:=$GRPO_SAVE_FREQ}"
@@ -307,14 +311,17 @@ stage_eval() {
     ${SCORE_SETS[@]+"${SCORE_SETS[@]}"} --models "${models[@]}" --suites "$EVAL_SUITES" \
     --games-per-case "$EVAL_GAMES" --opponents "$EVAL_OPPONENTS" --game-context "$EVAL_GAME_CONTEXT" \
     --illegal-retries "$EVAL_ILLEGAL_RETRIES" --max-new-tokens "$EVAL_GENERATION_LENGTH" \
-    --backend "$EVAL_BACKEND" --seed "$RECIPE_SEED" --no-progress --out "$RUN_DIR/eval"
-  if [[ "$SFT_GAME_SHARE" != "0" && -n "$GAME_TYPES" ]]; then
-    # the models were taught whole games too: their play with the whole game conversation each turn (as
-    # TASK_MODE=game training shows it), one retry after an illegal reply
+    --temperature "$EVAL_TEMPERATURE" --backend "$EVAL_BACKEND" --seed "$RECIPE_SEED" --no-progress \
+    --out "$RUN_DIR/eval"
+  # the models were taught whole games too: their play with the whole game conversation each turn (as
+  # TASK_MODE=game training shows it), one retry after an illegal reply; not again when the eval above already
+  # played its arena that way
+  if [[ "$SFT_GAME_SHARE" != "0" && -n "$GAME_TYPES" ]] \
+     && ! [[ "$EVAL_GAME_CONTEXT" == game && ",$EVAL_SUITES," == *,arena,* ]]; then
     run "$PYTHON" -m verl_ext.cli eval ${ENV_SETS[@]+"${ENV_SETS[@]}"} --models sft="$SFT_HF" grpo="$GRPO_HF" \
       --suites arena --game-context game --illegal-retries 1 --games-per-case "$EVAL_GAMES" --opponents random \
-      --max-new-tokens "$EVAL_GENERATION_LENGTH" --backend "$EVAL_BACKEND" --seed "$RECIPE_SEED" --no-progress \
-      --out "$RUN_DIR/eval_game"
+      --max-new-tokens "$EVAL_GENERATION_LENGTH" --temperature "$EVAL_TEMPERATURE" --backend "$EVAL_BACKEND" \
+      --seed "$RECIPE_SEED" --no-progress --out "$RUN_DIR/eval_game"
   fi
 }
 
