@@ -65,8 +65,12 @@ fi
 # (COLD_START=rules); 0 for single moves only. A TASK_MODE=game run needs them: a single-move cold start repeats
 # its own earlier answers in a game conversation (docs/games.md, "Cold start: rules, not reference").
 : "${VAL_TASKS_PER_CASE:=200}" "${EXPORT_JOBS:=$(nproc 2>/dev/null || echo 1)}"
-# default: whole games only for the blank model's engine cold start (a pretrained model's single-move runs need none)
-if [[ "$COLD_START" == reference && "$MODEL_KIND" == blank ]]; then : "${SFT_GAME_SHARE:=0.1}"; else : "${SFT_GAME_SHARE:=0}"; fi
+# default: 0.1 for the blank model's engine cold start; half whole games for a pretrained model's TASK_MODE=game or
+# mixed run (the single-move cold start forfeited 81 % of hanabi_small's validation games, docs/games.md); none for
+# single-move runs
+if [[ "$COLD_START" == reference && "$MODEL_KIND" == blank ]]; then : "${SFT_GAME_SHARE:=0.1}"
+elif [[ "${TASK_MODE:-move}" != move ]]; then : "${SFT_GAME_SHARE:=0.5}"
+else : "${SFT_GAME_SHARE:=0}"; fi
 if [[ "$MODEL_KIND" == blank ]]; then
   # SFT: full fine-tune of the blank model; fp32 master weights (verl's default), cosine decay after a warm-up.
   : "${SFT_TASKS_PER_CASE:=10000}" "${SFT_EPOCHS:=5}" "${SFT_LR:=1e-3}"

@@ -68,6 +68,8 @@ if [[ "$DRY_RUN" != "1" ]]; then
   for f in "$SFT_TRAIN_FILE" "$SFT_VAL_FILE"; do
     [[ -f "$f" ]] || { echo "SFT_TRAIN_FILE/SFT_VAL_FILE: no such file '$f' (make it with verl-ext export --format sft)" >&2; exit 2; }
   done
+  # every row must fit SFT_MAX_LENGTH: verl's SFT stops at the first longer row when its batch comes up (mid-epoch)
+  "$PYTHON" -m verl_ext.sft_length "$SFT_TRAIN_FILE" "$SFT_VAL_FILE" --model "$MODEL_PATH" --max-length "$SFT_MAX_LENGTH"
 fi
 if [[ "$NNODES" != "1" ]]; then
   echo "NNODES: sft.sh runs torchrun --standalone on one node; got NNODES=$NNODES" >&2
