@@ -68,7 +68,9 @@ if [[ "$DRY_RUN" != "1" ]]; then
   for f in "$SFT_TRAIN_FILE" "$SFT_VAL_FILE"; do
     [[ -f "$f" ]] || { echo "SFT_TRAIN_FILE/SFT_VAL_FILE: no such file '$f' (make it with verl-ext export --format sft)" >&2; exit 2; }
   done
-  # every row must fit SFT_MAX_LENGTH: verl's SFT stops at the first longer row when its batch comes up (mid-epoch)
+  # every row must fit SFT_MAX_LENGTH: verl's SFT stops at the first longer row when its batch comes up (mid-epoch);
+  # the interpreter check first (as the launch's), so a Python without verl gets its message, not a traceback
+  require_python vllm verl verl_ext torch
   "$PYTHON" -m verl_ext.sft_length "$SFT_TRAIN_FILE" "$SFT_VAL_FILE" --model "$MODEL_PATH" --max-length "$SFT_MAX_LENGTH"
 fi
 if [[ "$NNODES" != "1" ]]; then
