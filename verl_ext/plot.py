@@ -21,6 +21,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .figure import png_figure
 from .runlog import Steps, read_runs
 
 _VAL_KEY = re.compile(r"^val-(?:core|aux)/(?P<source>.+)/(?P<var>[^/]+)/mean@\d+$")
@@ -161,42 +162,33 @@ def _smooth(points: list[tuple[int, float]], window: int) -> list[tuple[int, flo
 
 def render(panels: list[Panel], title: str, out_png: Path, smooth: int = 1) -> None:
     """Draw the non-empty panels on one figure (matplotlib, no display needed)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 
     panels = [p for p in panels if not p.empty]
     cols = min(3, len(panels))
     rows = (len(panels) + cols - 1) // cols
-    fig, axes = plt.subplots(rows, cols, figsize=(5.2 * cols, 3.6 * rows), squeeze=False)
-    for ax, panel in zip(axes.flat, panels):
-        for label, points in panel.lines.items():
-            xs, ys = zip(*points)
-            if smooth > 1 and len(points) >= smooth:
-                line, = ax.plot(xs, ys, alpha=0.3, linewidth=1)
-                sx, sy = zip(*_smooth(points, smooth))
-                ax.plot(sx, sy, color=line.get_color(), linewidth=1.8, label=f"{label} ({smooth}-step mean)")
-            else:
-                ax.plot(xs, ys, linewidth=1.5, label=label)
-        for label, points in panel.markers.items():
-            xs, ys = zip(*points)
-            ax.plot(xs, ys, marker="o", markersize=4, linestyle="--", linewidth=1, label=label)
-        ax.set_title(panel.title, fontsize=10)
-        ax.set_xlabel("step")
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        if panel.ylim:
-            ax.set_ylim(*panel.ylim)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-    for ax in list(axes.flat)[len(panels):]:
-        ax.axis("off")
-    fig.suptitle(title)
-    fig.tight_layout()
-    out_png.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out_png, dpi=110)
-    plt.close(fig)
+    with png_figure(out_png, rows, cols, (5.2 * cols, 3.6 * rows), title) as (_, axes):
+        for ax, panel in zip(axes.flat, panels):
+            for label, points in panel.lines.items():
+                xs, ys = zip(*points)
+                if smooth > 1 and len(points) >= smooth:
+                    line, = ax.plot(xs, ys, alpha=0.3, linewidth=1)
+                    sx, sy = zip(*_smooth(points, smooth))
+                    ax.plot(sx, sy, color=line.get_color(), linewidth=1.8, label=f"{label} ({smooth}-step mean)")
+                else:
+                    ax.plot(xs, ys, linewidth=1.5, label=label)
+            for label, points in panel.markers.items():
+                xs, ys = zip(*points)
+                ax.plot(xs, ys, marker="o", markersize=4, linestyle="--", linewidth=1, label=label)
+            ax.set_title(panel.title, fontsize=10)
+            ax.set_xlabel("step")
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+            if panel.ylim:
+                ax.set_ylim(*panel.ylim)
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=7)
+        for ax in list(axes.flat)[len(panels):]:
+            ax.axis("off")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -197,11 +197,9 @@ def _short(case: str, limit: int = 28) -> str:
 def plot(results: dict[str, Any], path: Path) -> None:
     """Grouped bars per panel (single-move legal rate and engine score, arena win rate, logic accuracy; poker
     exploitability on a log scale beside its references), one colour per model, Wilson intervals as error bars."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     import numpy as np
+
+    from ..figure import png_figure
 
     # (title, x labels, {series: [(height, error below, error above)]}, log scale)
     panels: list[tuple[str, list[str], dict[str, list[tuple[float, float, float]]], bool]] = []
@@ -257,31 +255,27 @@ def plot(results: dict[str, Any], path: Path) -> None:
 
     if not panels:
         panels.append(("no results", [], {}, False))
-    fig, axes = plt.subplots(len(panels), 1, figsize=(max(8.0, 1.2 * max(len(p[1]) for p in panels) + 3),
-                                                      3.6 * len(panels)), squeeze=False)
-    for ax, (title, labels, values, log_scale) in zip(axes[:, 0], panels):
-        ax.set_title(title)
-        if not labels:
-            ax.text(0.5, 0.5, "no results", ha="center", va="center")
-            continue
-        x = np.arange(len(labels))
-        width = 0.8 / max(1, len(values))
-        for k, (model, triples) in enumerate(values.items()):
-            heights = [t[0] for t in triples]
-            errors = np.array([[t[1] for t in triples], [t[2] for t in triples]])
-            ax.bar(x + (k - (len(values) - 1) / 2) * width, heights, width, label=model,
-                   yerr=errors if errors.any() else None, capsize=3)
-        ax.set_xticks(x, labels, rotation=30, ha="right", fontsize=8)
-        if log_scale:
-            ax.set_yscale("log")
-        else:
-            ax.set_ylim(0, 1.05)
-        ax.grid(axis="y", alpha=0.3)
-        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110, metadata={"Software": None})
-    plt.close(fig)
+    size = (max(8.0, 1.2 * max(len(p[1]) for p in panels) + 3), 3.6 * len(panels))
+    with png_figure(path, len(panels), 1, size, metadata={"Software": None}) as (_, axes):
+        for ax, (title, labels, values, log_scale) in zip(axes[:, 0], panels):
+            ax.set_title(title)
+            if not labels:
+                ax.text(0.5, 0.5, "no results", ha="center", va="center")
+                continue
+            x = np.arange(len(labels))
+            width = 0.8 / max(1, len(values))
+            for k, (model, triples) in enumerate(values.items()):
+                heights = [t[0] for t in triples]
+                errors = np.array([[t[1] for t in triples], [t[2] for t in triples]])
+                ax.bar(x + (k - (len(values) - 1) / 2) * width, heights, width, label=model,
+                       yerr=errors if errors.any() else None, capsize=3)
+            ax.set_xticks(x, labels, rotation=30, ha="right", fontsize=8)
+            if log_scale:
+                ax.set_yscale("log")
+            else:
+                ax.set_ylim(0, 1.05)
+            ax.grid(axis="y", alpha=0.3)
+            ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
 
 
 def write_all(results: dict[str, Any], out_dir: Path) -> dict[str, Path]:
