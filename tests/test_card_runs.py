@@ -21,6 +21,7 @@ from verl_ext.evaluation.arena import parse_opponents
 from verl_ext.evaluation.cli import parse_args, resolve_suites, single_move_section
 from verl_ext.launch.preflight import check_ppo, compose
 from verl_ext.mixture import EnvMixture
+from verl_ext.sft_length import conversation_lengths
 
 from test_game_demonstrations import assert_replies_legal
 from test_game_agent_loop import answer, check_invariants, episodes, game_config, game_row, game_tokenizer, play  # noqa: F401
@@ -112,8 +113,7 @@ def test_every_base_row_fits_the_sft_max_length_in_smollm2_tokens(base_export, s
     tokenizer = AutoTokenizer.from_pretrained(smollm2_dir)
     limit = int(next(line.split("=", 1)[1] for line in BASE.read_text().splitlines()
                      if line.startswith("SFT_MAX_LENGTH=")))
-    texts = [tokenizer.apply_chat_template(r["messages"], tokenize=False) for r in base_export]
-    lengths = [len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]
+    lengths = conversation_lengths([r["messages"] for r in base_export], tokenizer)  # as sft.sh's pre-flight counts
     assert max(lengths) <= limit and max(lengths) > 1536, max(lengths)
 
 

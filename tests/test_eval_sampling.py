@@ -70,19 +70,28 @@ def test_transformers_backend_passes_the_settings(opinionated_model, monkeypatch
     backend.close()
 
 
-def test_vllm_parameters_match_verls_rollout_defaults(monkeypatch):
-    from omegaconf import OmegaConf
-
-    from verl_ext.launch.preflight import compose
-
+def vllm_backend_without_engine(monkeypatch, settings: GenerationSettings, chat_template
+                                ) -> tuple[VLLMBackend, list[dict]]:
+    """A VLLMBackend with ``settings`` and a tokenizer whose ``apply_chat_template`` is ``chat_template``, built
+    without vLLM (its ``llm`` is for the test to set), and the list that every SamplingParams it makes is added to."""
     made: list[dict] = []
     fake = types.ModuleType("vllm")
     fake.SamplingParams = lambda **kwargs: made.append(kwargs) or kwargs  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "vllm", fake)
     backend = object.__new__(VLLMBackend)
-    backend.settings = GenerationSettings(temperature=1.0)
+    backend.settings = settings
     backend.lora_request = None
-    backend.tokenizer = types.SimpleNamespace(apply_chat_template=lambda *a, **k: [1, 2])
+    backend.tokenizer = types.SimpleNamespace(apply_chat_template=chat_template)
+    return backend, made
+
+
+def test_vllm_parameters_match_verls_rollout_defaults(monkeypatch):
+    from omegaconf import OmegaConf
+
+    from verl_ext.launch.preflight import compose
+
+    backend, made = vllm_backend_without_engine(monkeypatch, GenerationSettings(temperature=1.0),
+                                                lambda *a, **k: [1, 2])
     backend.llm = types.SimpleNamespace(generate=lambda prompts, params, **k: [
         types.SimpleNamespace(outputs=[types.SimpleNamespace(text="x", token_ids=[3])]) for _ in prompts])
     backend.generate([[{"role": "user", "content": "a"}]], [1])
@@ -96,15 +105,8 @@ def test_vllm_replies_fit_the_context_and_a_prompt_without_room_gets_an_empty_re
     """A whole game conversation (--game-context game, Hanabi's up to 16 turns a seat) can outgrow the model's
     context: vLLM would refuse the prompt and end the eval. Replies are cut to the room left, and a prompt with no
     room gets an empty reply (rejected by the game loop) without reaching vLLM."""
-    made: list[dict] = []
-    fake = types.ModuleType("vllm")
-    fake.SamplingParams = lambda **kwargs: made.append(kwargs) or kwargs  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "vllm", fake)
-    backend = object.__new__(VLLMBackend)
-    backend.settings = GenerationSettings(max_new_tokens=256)
-    backend.lora_request = None
-    backend.tokenizer = types.SimpleNamespace(
-        apply_chat_template=lambda messages, **k: [1] * int(messages[0]["content"]))  # content = prompt length
+    backend, made = vllm_backend_without_engine(  # a prompt's content is its length in tokens
+        monkeypatch, GenerationSettings(max_new_tokens=256), lambda messages, **k: [1] * int(messages[0]["content"]))
     sent: list[list[int]] = []
 
     def generate(prompts, params, **kwargs):
