@@ -29,9 +29,12 @@ DRAWS_PER_VAL_TASK = 200
 
 
 def content_key(task: Task) -> str | None:
-    """What makes two tasks the same question: their non-system messages; None for full games (split by seed)."""
+    """What makes two tasks the same question: their non-system messages (or the adapter's rendering-free
+    ``info["content"]``: a board drawn another way is the same position); None for full games (split by seed)."""
     if task.info.get("mode") == "game":
         return None
+    if isinstance(task.info.get("content"), str):
+        return json.dumps([["user", task.info["content"]]], ensure_ascii=False)
     return json.dumps([[m.get("role"), m.get("content")] for m in task.messages if m.get("role") != "system"],
                       ensure_ascii=False)
 

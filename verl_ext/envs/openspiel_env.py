@@ -18,6 +18,7 @@ from open_spiel.python.algorithms import mcts
 from ..seeding import stable_seed
 from .answer import ParsedAnswer, parse_answer
 from .base import ScoreResult, Task
+from .board_text import BOARD_TEXTS, render_board
 from .caching import OnceLRU
 from .card_games import NAMED_CASES, card_game_notes, card_game_view
 from .cfr_policy import DEFAULT_ITERATIONS as DEFAULT_CFR_ITERATIONS
@@ -84,6 +85,7 @@ class OpenSpielConfig:
     mcts_uct_c: float = 2.0
     playout_max_steps: int = 400
     observation: str = "auto"
+    board_text: str = "raw"
     max_response_chars: int = 16384
     max_answer_chars: int = 64
     cache_size: int = 4096
@@ -110,7 +112,8 @@ class OpenSpielConfig:
             raise ConfigError(f"{where}.game_share: must be in (0, 1) (the share of full-game rows when "
                               f"task_mode=mixed), got {self.game_share!r}")
         for key, allowed in (("reward_mode", REWARD_MODES), ("continuation", CONTINUATIONS),
-                             ("observation", OBSERVATIONS), ("task_mode", TASK_MODES)):
+                             ("observation", OBSERVATIONS), ("task_mode", TASK_MODES),
+                             ("board_text", BOARD_TEXTS)):
             if getattr(self, key) not in allowed:
                 raise ConfigError(f"{where}.{key}: unknown value {getattr(self, key)!r} (choose from {allowed})")
         if self.cases is not None and self.game_list is not None:
@@ -265,6 +268,10 @@ class OpenSpielAdapter:
         state = self._random_position(load_game(case), seed)
         player = state.current_player()
         moves = [state.action_to_string(player, a) for a in state.legal_actions(player)]
+        info: dict[str, Any] = {"player": player, "num_legal_moves": len(moves), "move_number": state.move_number()}
+        if self.config.board_text != "raw":
+            # the held-out split goes by the position, not by how its board is drawn (verl_ext/held_out.py)
+            info["content"] = self.position_prompt(case, state, board_text="raw")
         return Task(
             env=self.name,
             case=case,
@@ -274,7 +281,7 @@ class OpenSpielAdapter:
             state=state.serialize(),
             ground_truth=state.serialize(),
             legal_moves=tuple(moves),
-            info={"player": player, "num_legal_moves": len(moves), "move_number": state.move_number()},
+            info=info,
         )
 
     def _game_task(self, case: str, index: int, seed: int) -> Task:
@@ -345,13 +352,13 @@ class OpenSpielAdapter:
         _resolve_chance(state, rng)
         return state
 
-    def _view(self, game: pyspiel.Game, state: pyspiel.State, player: int) -> str:
+    def _view(self, game: pyspiel.Game, state: pyspiel.State, player: int, board_text: str) -> str:
         """What ``player`` may see: the full board for perfect information, else the player's own view (poker:
         its cards, the betting and the pot in words; Hanabi: the last moves, then OpenSpiel's observation text;
-        ``card_games.py``)."""
+        ``card_games.py``); a board drawn in ``board_text`` style (``board_text.py``)."""
         game_type = game.get_type()
         if game_type.information == pyspiel.GameType.Information.PERFECT_INFORMATION:
-            return str(state)
+            return render_board(str(state), board_text)
         mode = self.config.observation
         use_info_state = game_type.provides_information_state_string and (
             mode == "information_state" or (mode == "auto"))
@@ -361,11 +368,12 @@ class OpenSpielAdapter:
             raw = state.information_state_string(player)
         return card_game_view(game, state, player, raw)
 
-    def position_prompt(self, case: str, state: pyspiel.State, compact: bool = False) -> str:
+    def position_prompt(self, case: str, state: pyspiel.State, compact: bool = False,
+                        board_text: str | None = None) -> str:
         """The prompt for the player to move at decision node ``state`` of ``case``: its own view of the game
         (the full board for perfect information) and its legal moves. Training tasks and games use it;
         ``compact`` drops the closing notes and instructions (for later turns of a game, where they were shown
-        once)."""
+        once); ``board_text`` overrides the configured board style (``raw`` / ``grid``)."""
         game = load_game(case)
         player = state.current_player()
         moves = [state.action_to_string(player, a) for a in state.legal_actions(player)]
@@ -375,7 +383,7 @@ class OpenSpielAdapter:
             f"You are playing {game_type.long_name} ({game}) as player {player} of {game.num_players()}. "
             f"It is your turn (move {state.move_number()}).",
             "Your view of the game:" if hidden else "Current state:",
-            self._view(game, state, player).rstrip(),
+            self._view(game, state, player, board_text or self.config.board_text).rstrip(),
             "",
             "Legal moves (write yours exactly as listed): " + ", ".join(moves),
         ]
