@@ -242,6 +242,23 @@ def test_eval_knobs_for_whole_hands(tmp_path):
     assert bad.returncode == 2 and "EVAL_BASE_MODEL must be one of: 0 1; got 'no'" in bad.stderr
 
 
+def test_a_cold_start_is_evaluated_before_any_grpo(tmp_path):
+    """EVAL_GRPO_MODEL=0: `export sft hf eval` judges the cold start alone (the SFT sweep); the eval then needs the
+    SFT model, not a GRPO one, and names the stage that makes what is missing."""
+    argv = stage_commands(recipe("--dry-run", "eval", RUN_DIR=str(tmp_path), EVAL_GRPO_MODEL="0",
+                                 EVAL_BASE_MODEL="0").stdout)["eval"][0]
+    models = argv[argv.index("--models") + 1:argv.index("--suites")]
+    assert [m.split("=")[0] for m in models] == ["sft", "random"]
+    missing = recipe("eval", RUN_DIR=str(tmp_path), EVAL_GRPO_MODEL="0", check=False)
+    assert missing.returncode == 2 and "sft_hf/config.json is missing; run the 'hf' stage first" in missing.stderr
+    (tmp_path / "sft_hf").mkdir()
+    (tmp_path / "sft_hf" / "config.json").write_text("{}")
+    missing = recipe("eval", RUN_DIR=str(tmp_path), check=False)
+    assert missing.returncode == 2 and "grpo_hf/config.json is missing; run the 'merge' stage first" in missing.stderr
+    bad = recipe("--dry-run", "eval", RUN_DIR=str(tmp_path), EVAL_GRPO_MODEL="yes", check=False)
+    assert bad.returncode == 2 and "EVAL_GRPO_MODEL must be one of: 0 1; got 'yes'" in bad.stderr
+
+
 def test_whole_games_score_single_moves_by_legality_so_hanabi_is_accepted(tmp_path):
     """TASK_MODE=game defaults GRPO_REWARD_MODE to legal: the engine default made the grpo and eval stages refuse
     hanabi (per-step rewards; OpenSpiel MCTS needs terminal ones), and a whole game's reward is its outcome."""

@@ -24,7 +24,7 @@
 # Knobs (environment, defaults below; docs/learning.md): RUN_DIR MODEL MODEL_WHEEL COLD_START GAME_TYPES
 # LOGIC_CASES ENV_OVERRIDES MODEL_SHAPE SFT_TASKS_PER_CASE SFT_GAME_SHARE VAL_TASKS_PER_CASE EXPORT_JOBS SFT_EPOCHS SFT_LR
 # SFT_BATCH_SIZE SIGNAL_PROMPTS GRPO_STEPS GRPO_LORA GRPO_LR GRPO_REWARD_MODE GRPO_SAVE_FREQ GRPO_KEEP_CHECKPOINTS
-# GRPO_TEST_FREQ CURVE_EVERY EVAL_SUITES EVAL_GAMES EVAL_OPPONENTS EVAL_GAME_CONTEXT EVAL_ILLEGAL_RETRIES EVAL_BASE_MODEL EVAL_BACKEND
+# GRPO_TEST_FREQ CURVE_EVERY EVAL_SUITES EVAL_GAMES EVAL_OPPONENTS EVAL_GAME_CONTEXT EVAL_ILLEGAL_RETRIES EVAL_BASE_MODEL EVAL_GRPO_MODEL EVAL_BACKEND
 # EVAL_GENERATION_LENGTH EVAL_TEMPERATURE; any train-script knob
 # (TRAIN_BATCH_SIZE, ROLLOUT_N, GPU_MEMORY_UTILIZATION, SYSTEM_PROMPT, ...) passes through to the GRPO stage.
 # shellcheck source-path=SCRIPTDIR
@@ -107,9 +107,11 @@ else : "${GRPO_LR:=1e-5}"; fi
 : "${EVAL_GAMES:=200}" "${EVAL_OPPONENTS:=random,mcts:50}" "${EVAL_BACKEND:=auto}" "${EVAL_GENERATION_LENGTH:=32}"
 # the arena's games: EVAL_GAME_CONTEXT=turn (a fresh prompt each turn, as single-move training) or game (the whole
 # game conversation, as TASK_MODE=game training plays it), EVAL_ILLEGAL_RETRIES extra tries after a rejected reply
-# (0: it forfeits); EVAL_BASE_MODEL=0 leaves the starting model out of the eval (the cold start and GRPO models stay)
-: "${EVAL_GAME_CONTEXT:=turn}" "${EVAL_ILLEGAL_RETRIES:=0}" "${EVAL_BASE_MODEL:=1}"
+# (0: it forfeits); EVAL_BASE_MODEL=0 leaves the starting model out of the eval (the cold start and GRPO models stay);
+# EVAL_GRPO_MODEL=0 evaluates without a GRPO model (a cold start judged before any GRPO: `export sft hf eval`)
+: "${EVAL_GAME_CONTEXT:=turn}" "${EVAL_ILLEGAL_RETRIES:=0}" "${EVAL_BASE_MODEL:=1}" "${EVAL_GRPO_MODEL:=1}"
 require_choice EVAL_BASE_MODEL "$EVAL_BASE_MODEL" 0 1
+require_choice EVAL_GRPO_MODEL "$EVAL_GRPO_MODEL" 0 1
 # EVAL_TEMPERATURE: 0 plays the model's greedy reply (its most likely move); 1.0 samples as the GRPO rollouts do,
 # the policy a mixed-strategy game (poker) is trained and measured as (the exploitability suite scores the same
 # softmax policy)
@@ -305,11 +307,11 @@ stage_merge() {
 }
 
 stage_eval() {
-  need "$GRPO_HF/config.json" merge
-  local models=()
+  local models=() trained=()
   [[ "$EVAL_BASE_MODEL" == 1 || "$COLD_START" == none ]] && models+=("$BASE_NAME=$BASE")
-  [[ "$COLD_START" != none ]] && models+=(sft="$SFT_HF")
-  models+=(grpo="$GRPO_HF")
+  if [[ "$COLD_START" != none ]]; then need "$SFT_HF/config.json" hf; trained+=(sft="$SFT_HF"); fi
+  if [[ "$EVAL_GRPO_MODEL" == 1 ]]; then need "$GRPO_HF/config.json" merge; trained+=(grpo="$GRPO_HF"); fi
+  models+=(${trained[@]+"${trained[@]}"})
   [[ -n "$GAME_TYPES" ]] && models+=(random=scripted:random)
   run "$PYTHON" -m verl_ext.cli eval ${ENV_SETS[@]+"${ENV_SETS[@]}"} --set "val_tasks_per_case=$VAL_TASKS_PER_CASE" \
     ${SCORE_SETS[@]+"${SCORE_SETS[@]}"} --models "${models[@]}" --suites "$EVAL_SUITES" \
@@ -320,9 +322,9 @@ stage_eval() {
   # the models were taught whole games too: their play with the whole game conversation each turn (as
   # TASK_MODE=game training shows it), one retry after an illegal reply; not again when the eval above already
   # played its arena that way
-  if [[ "$SFT_GAME_SHARE" != "0" && -n "$GAME_TYPES" ]] \
+  if [[ "$SFT_GAME_SHARE" != "0" && -n "$GAME_TYPES" ]] && (( ${#trained[@]} )) \
      && ! [[ "$EVAL_GAME_CONTEXT" == game && ",$EVAL_SUITES," == *,arena,* ]]; then
-    run "$PYTHON" -m verl_ext.cli eval ${ENV_SETS[@]+"${ENV_SETS[@]}"} --models sft="$SFT_HF" grpo="$GRPO_HF" \
+    run "$PYTHON" -m verl_ext.cli eval ${ENV_SETS[@]+"${ENV_SETS[@]}"} --models "${trained[@]}" \
       --suites arena --game-context game --illegal-retries 1 --games-per-case "$EVAL_GAMES" --opponents random \
       --max-new-tokens "$EVAL_GENERATION_LENGTH" --temperature "$EVAL_TEMPERATURE" --backend "$EVAL_BACKEND" \
       --seed "$RECIPE_SEED" --no-progress --out "$RUN_DIR/eval_game"
