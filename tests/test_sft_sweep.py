@@ -19,7 +19,7 @@ from test_train_scripts import overrides_of
 REPO = Path(__file__).resolve().parents[1]
 RUNS = REPO / "bench" / "learning" / "runs"
 SWEEP = REPO / "bench" / "learning" / "gpu_sft_sweep.sh"
-VARIANTS = {"smollm2-sft-lr1e4": (1e-4, 3), "smollm2-sft-lr3e4": (3e-4, 3), "smollm2-sft-lr1e4-e6": (1e-4, 6)}
+VARIANTS = {"smollm2-sft-lr1e4": (1e-4, 3), "smollm2-sft-lr3e4": (3e-4, 3), "smollm2-sft-lr1e3": (1e-3, 3)}
 
 
 def sweep(tmp_path: Path, *files: Path, check: bool = True) -> subprocess.CompletedProcess:
