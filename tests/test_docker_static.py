@@ -284,6 +284,7 @@ ALLOWED = {
     "BASE_STAGES": "bench/learning/gpu_shared_cold_start.sh: recipe stages of the shared cold start (set in a run file)",
     "RUN_STAGES": "bench/learning/gpu_shared_cold_start.sh: recipe stages of one run (set in a run file)",
     "FINAL_STAGES": "bench/learning/gpu_shared_cold_start.sh: a run's stages after every run's eval (set in a run file)",
+    "THEN_RUN": "bench/learning/gpu_sft_sweep.sh: the run file of the GRPO run from the best variant (a bench setting)",
     "README_DIR": "bench/learning/gpu_smollm2.sh: scratch folder of the README-command run (a bench setting)",
     "README_STEPS": "bench/learning/gpu_smollm2.sh: GRPO steps of the README-command run (a bench setting)",
     "MODEL_DIR": "bench/device/gpu_smoke.sh: scratch folder of the random-init smoke model",

