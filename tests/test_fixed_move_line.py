@@ -59,3 +59,41 @@ def test_models_report_their_favourite_move(results) -> None:
     assert "favourite" not in results["models"]["first"]["single_move"]["overall"]
     md = results["markdown"]
     assert "first: favourite" in md and "Fixed-move line" in md and "random mover" in md
+
+
+def test_training_positions_are_the_exported_rows_in_sample(tmp_path) -> None:
+    """--positions training: the first val_tasks_per_case distinct positions of the training plan, which are
+    the positions an SFT export of the same settings holds (whatever its size), none of them held out; the
+    fixed-move line is taken on those positions and the report says they are in sample."""
+    from verl_ext.evaluation.single_move import heldout_tasks, training_tasks
+    from verl_ext.held_out import content_key
+    from verl_ext.mixture import EnvMixture
+
+    section = {"openspiel": {"game_types": ["tic_tac_toe", "connect_four"], "num_tasks_per_case": 60},
+               "val_tasks_per_case": 8}
+    mixture = EnvMixture(section)
+    tasks = training_tasks(mixture, "openspiel")
+    per_case = {case: [t for t in tasks if t.case == case] for case in ("tic_tac_toe", "connect_four")}
+    assert all(len(case_tasks) == 8 for case_tasks in per_case.values())
+    keys = {(t.case, content_key(t)) for t in tasks}
+    assert len(keys) == 16  # distinct positions
+    assert not keys & {(t.case, content_key(t)) for t in heldout_tasks(mixture, "openspiel")}
+    bigger = EnvMixture({**section, "openspiel": {**section["openspiel"], "num_tasks_per_case": 500}})
+    rows = {(t.case, content_key(t)) for t in map(bigger.build, bigger.plan("train"))}
+    assert keys <= rows  # an export of 500 rows per case trains on every one of them
+
+    out = tmp_path / "train"
+    argv = [*ENV_ARGS, "--set", "openspiel.num_tasks_per_case=60", "--suites", "single", "--positions", "training",
+            "--models", "first=scripted:first", "--no-progress", "--out", str(out)]
+    assert eval_main(argv) == 0
+    data = json.loads((out / "results.json").read_text())
+    assert data["settings"]["positions"] == "training"
+    assert data["models"]["first"]["single_move"]["cases"]["tic_tac_toe"]["n"] == 8
+    assert data["single_move_baseline"]["tic_tac_toe"]["positions"] == 8
+    markdown = (out / "results.md").read_text()
+    assert "## Single-move tasks on training positions (in sample, not held out)" in markdown
+    held = tmp_path / "held"
+    assert eval_main([*ENV_ARGS, "--suites", "single", "--models", "first=scripted:first", "--no-progress",
+                      "--out", str(held)]) == 0
+    assert json.loads((held / "results.json").read_text())["settings"]["positions"] == "held-out"
+    assert "## Held-out single-move tasks" in (held / "results.md").read_text()

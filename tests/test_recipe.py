@@ -259,6 +259,24 @@ def test_a_cold_start_is_evaluated_before_any_grpo(tmp_path):
     assert bad.returncode == 2 and "EVAL_GRPO_MODEL must be one of: 0 1; got 'yes'" in bad.stderr
 
 
+def test_training_positions_are_scored_beside_the_held_out_ones(tmp_path):
+    """EVAL_TRAINING_POSITIONS=1: a second single-move eval of the trained models on the first VAL_TASKS_PER_CASE
+    distinct positions of their training rows (a pool of SFT_TASKS_PER_CASE holds them), into eval_train/."""
+    env = {"RUN_DIR": str(tmp_path), "SFT_TASKS_PER_CASE": "3000", "VAL_TASKS_PER_CASE": "200"}
+    default = stage_commands(recipe("--dry-run", "eval", **env).stdout)["eval"]
+    assert not any("--positions" in argv for argv in default)
+    evals = stage_commands(recipe("--dry-run", "eval", EVAL_TRAINING_POSITIONS="1", **env).stdout)["eval"]
+    assert evals[:-1] == default  # the held-out eval (and the whole-game arena) as before, then this one
+    second = evals[-1]
+    assert second[second.index("--positions") + 1] == "training" and second[-1] == str(tmp_path / "eval_train")
+    assert "openspiel.num_tasks_per_case=3000" in second and "val_tasks_per_case=200" in second
+    models = second[second.index("--models") + 1:second.index("--suites")]
+    assert [m.split("=")[0] for m in models] == ["sft", "grpo", "random"]
+    assert second[second.index("--suites") + 1] == "single"
+    bad = recipe("--dry-run", "eval", EVAL_TRAINING_POSITIONS="2", check=False, **env)
+    assert bad.returncode == 2 and "EVAL_TRAINING_POSITIONS must be one of: 0 1; got '2'" in bad.stderr
+
+
 def test_whole_games_score_single_moves_by_legality_so_hanabi_is_accepted(tmp_path):
     """TASK_MODE=game defaults GRPO_REWARD_MODE to legal: the engine default made the grpo and eval stages refuse
     hanabi (per-step rewards; OpenSpiel MCTS needs terminal ones), and a whole game's reward is its outcome."""

@@ -69,6 +69,9 @@ def test_every_variant_exports_engine_moves_trains_its_own_schedule_and_judges_t
         assert models == [f"sft={tmp_path / name / 'sft_hf'}", "random=scripted:random"]
         assert evaluation[evaluation.index("--suites") + 1] == "single"
         assert "val_tasks_per_case=500" in evaluation
+        in_sample = stages["eval"][1]  # the cold start on positions of its own rows
+        assert in_sample[in_sample.index("--positions") + 1] == "training"
+        assert "openspiel.num_tasks_per_case=5000" in in_sample
 
 
 def test_missing_files_are_named(tmp_path):

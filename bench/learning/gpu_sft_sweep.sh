@@ -74,9 +74,12 @@ for spec in "$@"; do
   (( ${#dry[@]} )) && continue
   tar czf "$OUT/$name.tgz" -C "$ROOT" --exclude='*.safetensors' --exclude='*.pt' --exclude='*.parquet' \
     --exclude="$name/model" --exclude="$name/sft" --exclude="$name/sft_hf" "$name"
-  if [[ -f "$ROOT/$name/eval/results.md" ]]; then  # the held-out table and the fixed-move line under it
-    sed -n '/^| case /,/^Fixed-move line/p' "$ROOT/$name/eval/results.md"
-  fi
+  for table in eval eval_train; do  # held-out (and training-position) tables, the fixed-move line under each
+    if [[ -f "$ROOT/$name/$table/results.md" ]]; then
+      echo "$name, $table:"
+      sed -n '/^| case /,/^Fixed-move line/p' "$ROOT/$name/$table/results.md"
+    fi
+  done
 done
 if [[ -n "${THEN_RUN:-}" && "$failed" == 0 ]] && (( ${#dry[@]} == 0 )); then
   results=()

@@ -24,7 +24,7 @@
 # Knobs (environment, defaults below; docs/learning.md): RUN_DIR MODEL MODEL_WHEEL COLD_START GAME_TYPES
 # LOGIC_CASES ENV_OVERRIDES MODEL_SHAPE SFT_TASKS_PER_CASE SFT_GAME_SHARE VAL_TASKS_PER_CASE EXPORT_JOBS SFT_EPOCHS SFT_LR
 # SFT_BATCH_SIZE SIGNAL_PROMPTS GRPO_STEPS GRPO_LORA GRPO_LR GRPO_REWARD_MODE GRPO_SAVE_FREQ GRPO_KEEP_CHECKPOINTS
-# GRPO_TEST_FREQ CURVE_EVERY EVAL_SUITES EVAL_GAMES EVAL_OPPONENTS EVAL_GAME_CONTEXT EVAL_ILLEGAL_RETRIES EVAL_BASE_MODEL EVAL_GRPO_MODEL EVAL_BACKEND
+# GRPO_TEST_FREQ CURVE_EVERY EVAL_SUITES EVAL_GAMES EVAL_OPPONENTS EVAL_GAME_CONTEXT EVAL_ILLEGAL_RETRIES EVAL_BASE_MODEL EVAL_GRPO_MODEL EVAL_TRAINING_POSITIONS EVAL_BACKEND
 # EVAL_GENERATION_LENGTH EVAL_TEMPERATURE; any train-script knob
 # (TRAIN_BATCH_SIZE, ROLLOUT_N, GPU_MEMORY_UTILIZATION, SYSTEM_PROMPT, ...) passes through to the GRPO stage.
 # shellcheck source-path=SCRIPTDIR
@@ -108,10 +108,13 @@ else : "${GRPO_LR:=1e-5}"; fi
 # the arena's games: EVAL_GAME_CONTEXT=turn (a fresh prompt each turn, as single-move training) or game (the whole
 # game conversation, as TASK_MODE=game training plays it), EVAL_ILLEGAL_RETRIES extra tries after a rejected reply
 # (0: it forfeits); EVAL_BASE_MODEL=0 leaves the starting model out of the eval (the cold start and GRPO models stay);
-# EVAL_GRPO_MODEL=0 evaluates without a GRPO model (a cold start judged before any GRPO: `export sft hf eval`)
+# EVAL_GRPO_MODEL=0 evaluates without a GRPO model (a cold start judged before any GRPO: `export sft hf eval`);
+# EVAL_TRAINING_POSITIONS=1 adds the trained models' single moves on training positions (eval_train/)
 : "${EVAL_GAME_CONTEXT:=turn}" "${EVAL_ILLEGAL_RETRIES:=0}" "${EVAL_BASE_MODEL:=1}" "${EVAL_GRPO_MODEL:=1}"
+: "${EVAL_TRAINING_POSITIONS:=0}"
 require_choice EVAL_BASE_MODEL "$EVAL_BASE_MODEL" 0 1
 require_choice EVAL_GRPO_MODEL "$EVAL_GRPO_MODEL" 0 1
+require_choice EVAL_TRAINING_POSITIONS "$EVAL_TRAINING_POSITIONS" 0 1
 # EVAL_TEMPERATURE: 0 plays the model's greedy reply (its most likely move); 1.0 samples as the GRPO rollouts do,
 # the policy a mixed-strategy game (poker) is trained and measured as (the exploitability suite scores the same
 # softmax policy)
@@ -328,6 +331,16 @@ stage_eval() {
       --suites arena --game-context game --illegal-retries 1 --games-per-case "$EVAL_GAMES" --opponents random \
       --max-new-tokens "$EVAL_GENERATION_LENGTH" --temperature "$EVAL_TEMPERATURE" --backend "$EVAL_BACKEND" \
       --seed "$RECIPE_SEED" --no-progress --out "$RUN_DIR/eval_game"
+  fi
+  # EVAL_TRAINING_POSITIONS=1: the trained models' single moves on positions of their training rows too (in
+  # sample; the first VAL_TASKS_PER_CASE distinct ones, in every pool of SFT_TASKS_PER_CASE or more): fitting
+  # them but not the held-out ones is no generalisation, fitting neither is too little training
+  if [[ "$EVAL_TRAINING_POSITIONS" == 1 && -n "$GAME_TYPES" ]] && (( ${#trained[@]} )); then
+    run "$PYTHON" -m verl_ext.cli eval ${ENV_SETS[@]+"${ENV_SETS[@]}"} --set "val_tasks_per_case=$VAL_TASKS_PER_CASE" \
+      --set "openspiel.num_tasks_per_case=$SFT_TASKS_PER_CASE" ${SCORE_SETS[@]+"${SCORE_SETS[@]}"} \
+      --models "${trained[@]}" random=scripted:random --suites single --positions training \
+      --max-new-tokens "$EVAL_GENERATION_LENGTH" --temperature "$EVAL_TEMPERATURE" --backend "$EVAL_BACKEND" \
+      --seed "$RECIPE_SEED" --no-progress --out "$RUN_DIR/eval_train"
   fi
 }
 

@@ -44,6 +44,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--suites", default="auto",
                    help="comma list of single,arena,logic,exploitability (auto: single+arena if openspiel is "
                         "configured, logic if logic is; exploitability only when named)")
+    p.add_argument("--positions", choices=("held-out", "training"), default="held-out",
+                   help="single suite: held-out positions (default), or training: the first val_tasks_per_case "
+                        "distinct positions of the training plan, in sample (set openspiel.num_tasks_per_case and "
+                        "seed as the run trained), to tell a model that did not fit from one that does not "
+                        "generalise")
     p.add_argument("--cfr-solver", default="cfr+", help="exploitability suite: OpenSpiel's cfr+ or cfr solver for "
                                                         "the reference policy")
     p.add_argument("--cfr-iterations", type=int, default=1000,
@@ -193,7 +198,7 @@ def run(argv: list[str] | None = None) -> int:
     from .logic import evaluate_logic
     from .policies import make_policy, parse_model_specs
     from .report import markdown, write_all
-    from .single_move import engine_adapter, evaluate_single_move, fixed_move_baselines, heldout_tasks
+    from .single_move import engine_adapter, evaluate_single_move, fixed_move_baselines, position_tasks
 
     args, env_section = parse_args(argv)
     if not args.out:
@@ -262,6 +267,7 @@ def run(argv: list[str] | None = None) -> int:
             "max_new_tokens": args.max_new_tokens,
             "temperature": args.temperature,
             "top_p": args.top_p,
+            "positions": args.positions,
         },
         "env": mixture.settings,
         "env_resolved": {name: config_dict(adapter) for name, adapter in mixture.adapters.items()},
@@ -271,7 +277,7 @@ def run(argv: list[str] | None = None) -> int:
     }
     if engine is not None:
         results["single_move_baseline"] = fixed_move_baselines(
-            engine, heldout_tasks(mixture, "openspiel"), engine_skipped)
+            engine, position_tasks(mixture, "openspiel", args.positions), engine_skipped)
     if references:
         results["exploitability_reference"] = reference_results(references, poker_skipped, args.cfr_solver,
                                                                 args.cfr_iterations, args.exploitability_dtype)
@@ -288,7 +294,7 @@ def run(argv: list[str] | None = None) -> int:
         try:
             if "single" in suites:
                 model["single_move"] = evaluate_single_move(policy, mixture, engine, engine_skipped, args.seed,
-                                                            args.confidence, progress)
+                                                            args.confidence, progress, args.positions)
             if arena is not None:
                 model["arena"] = arena.play(policy, progress)
             if "logic" in suites:

@@ -125,7 +125,10 @@ def markdown(results: dict[str, Any]) -> str:
              f"[{int(round(100 * settings['confidence']))}% Wilson interval].", ""]
     names = _models_with(results, "single_move")
     if names:
-        lines += [f"## {SUITE_TITLES['single_move']}", "",
+        title = SUITE_TITLES["single_move"]
+        if settings.get("positions") == "training":
+            title = "Single-move tasks on training positions (in sample, not held out)"
+        lines += [f"## {title}", "",
                   "legal = legal-move rate, format = well-formed answer rate, engine = mean engine-shaped score "
                   "(illegal = 0), favourite = the move of most legal replies and its share of them.", ""]
         header = ["case", "n"] + [f"{m}: {k}" for m in names for k in ("legal", "format", "engine", "favourite")]

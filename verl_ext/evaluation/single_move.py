@@ -1,4 +1,5 @@
-"""Held-out single-move tasks (the ``val`` split of training): legal-move rate, format rate, engine score.
+"""Held-out single-move tasks (the ``val`` split of training): legal-move rate, format rate, engine score; or, with
+``--positions training``, the same on positions the model was trained on.
 
 The tasks, prompts and parsing are the training ones: ``EnvMixture.plan("val")`` + ``build``, and the
 adapter's own ``score``. The engine-shaped score re-scores the same replies with an adapter built from
@@ -16,6 +17,7 @@ from tqdm import tqdm
 
 from ..envs import EnvAdapter, Task, make_env
 from ..envs.openspiel_env import load_game
+from ..held_out import content_key
 from ..mixture import EnvMixture
 from ..seeding import stable_seed
 from .policies import MoveRequest, Policy, clip, respond_all
@@ -26,9 +28,35 @@ SAMPLE_CHARS = 400
 _CASE_KEYS = ("cases", "game_list", "game_configs", "game_types")
 
 
+POSITIONS = ("held-out", "training")
+
+
 def heldout_tasks(mixture: EnvMixture, env: str) -> list[Task]:
     """The held-out (``val``) tasks of ``env``, in plan order."""
     return [mixture.build(ref) for ref in mixture.plan("val") if ref.env == env]
+
+
+def training_tasks(mixture: EnvMixture, env: str) -> list[Task]:
+    """In-sample tasks of ``env``: per case, the first ``val_tasks_per_case`` distinct contents of the training
+    plan (the rows an SFT export or a GRPO run of the same settings trains on, since a larger pool only adds
+    seeds after these). Beside the held-out score it tells a model that did not fit its training positions from
+    one that fit them and does not generalise."""
+    tasks: list[Task] = []
+    seen: dict[str, set[str]] = {}
+    for ref in mixture.plan("train"):
+        if ref.env != env or len(seen.setdefault(ref.case, set())) >= mixture.val_tasks_per_case:
+            continue
+        task = mixture.build(ref)
+        key = content_key(task) or f"seed:{task.seed}"
+        if key not in seen[ref.case]:
+            seen[ref.case].add(key)
+            tasks.append(task)
+    return tasks
+
+
+def position_tasks(mixture: EnvMixture, env: str, positions: str) -> list[Task]:
+    """The single-move tasks of ``env`` for ``positions`` (``held-out`` or ``training``)."""
+    return training_tasks(mixture, env) if positions == "training" else heldout_tasks(mixture, env)
 
 
 def ask(policy: Policy, tasks: list[Task], suite: str, seed: int, progress: bool) -> list[str]:
@@ -106,10 +134,10 @@ class _CaseTally:
 
 def evaluate_single_move(policy: Policy, mixture: EnvMixture, engine: EnvAdapter | None,
                          engine_skipped: dict[str, str], seed: int, confidence: float,
-                         progress: bool) -> dict[str, Any]:
-    """Per-case and pooled metrics of ``policy`` on the held-out OpenSpiel tasks."""
+                         progress: bool, positions: str = "held-out") -> dict[str, Any]:
+    """Per-case and pooled metrics of ``policy`` on the OpenSpiel tasks of ``positions`` (held-out by default)."""
     adapter = mixture.adapters["openspiel"]
-    tasks = heldout_tasks(mixture, "openspiel")
+    tasks = position_tasks(mixture, "openspiel", positions)
     replies = ask(policy, tasks, "single-move", seed, progress)
     tallies: dict[str, _CaseTally] = {case: _CaseTally() for case in adapter.cases()}
     pooled = _CaseTally()
