@@ -33,9 +33,10 @@ def content_key(task: Task) -> str | None:
     ``info["content"]``: a board drawn another way is the same position); None for full games (split by seed)."""
     if task.info.get("mode") == "game":
         return None
+    messages = task.messages
     if isinstance(task.info.get("content"), str):
-        return json.dumps([["user", task.info["content"]]], ensure_ascii=False)
-    return json.dumps([[m.get("role"), m.get("content")] for m in task.messages if m.get("role") != "system"],
+        messages = ({"role": "user", "content": task.info["content"]},)
+    return json.dumps([[m.get("role"), m.get("content")] for m in messages if m.get("role") != "system"],
                       ensure_ascii=False)
 
 

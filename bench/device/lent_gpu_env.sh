@@ -42,6 +42,16 @@ machine_facts() {
 # clusters share verl 0.9.1's weight-sync socket path and hang (docs/runs/2026-11-23-h100-run4/).
 : "${DETACH_LOCK:=/tmp/verl-ext-detached.pid}"
 
+# Everything small of a run folder (no weights, checkpoints or data), with the GPU it ran on in gpu.txt, into
+# OUT/NAME.tgz (bench/learning/gpu_shared_cold_start.sh, gpu_sft_sweep.sh): pack_run_dir ROOT NAME OUT
+pack_run_dir() {
+  local root="$1" name="$2" out="$3"
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$root/$name/gpu.txt" 2>&1 || true
+  tar czf "$out/$name.tgz" -C "$root" --exclude='*.safetensors' --exclude='*.pt' --exclude='*.parquet' \
+    --exclude="$name/model" --exclude="$name/sft" --exclude="$name/grpo" --exclude="$name/sft_hf" \
+    --exclude="$name/grpo_hf" "$name"
+}
+
 # Copy the checkout (without wheels, outputs, venv and git) into DIR, replacing what was there: a detached job
 # runs from the copy, which later calls that refresh the working tree cannot change under it.
 copy_checkout() {

@@ -9,9 +9,9 @@
 # gpu_shared_cold_start.sh. The model is converted once ($ROOT/shared); every variant then runs the recipe's
 # `export sft hf eval` in $ROOT/<file name without .env> (EVAL_GRPO_MODEL=0, EVAL_BASE_MODEL=0: the cold start and
 # a random legal mover), all variants at once (a 135M SFT takes ~3 GB of the GPU; the eval, one model, follows
-# its own SFT), and is packed into $OUT/<name>.tgz (no weights). The summary lines compare each variant's held-out
-# engine score with the fixed-move line (the eval's results.md). A first argument --dry-run prints the commands
-# instead (the recipe's --dry-run; no GPU, model or wheel needed).
+# its own SFT), and is packed into $OUT/<name>.tgz (no weights; the GPU in gpu.txt). The summary lines compare
+# each variant's held-out engine score with the fixed-move line (the eval's results.md). A first argument
+# --dry-run prints the commands instead (the recipe's --dry-run; no GPU, model or wheel needed).
 # THEN_RUN=RUN.env: afterwards, GRPO from the best variant (bench/learning/best_cold_start.py: above the fixed-move
 # line on every game, by the largest smallest margin) with that run file's stages, through
 # gpu_shared_cold_start.sh in $ROOT/then (its base is the best variant's folder, its stages already done); nothing
@@ -72,8 +72,7 @@ for spec in "$@"; do
   echo "variant $name: exit $status" | tee -a "$ROOT/$name/run.log"
   (( status == 0 )) || failed=1
   (( ${#dry[@]} )) && continue
-  tar czf "$OUT/$name.tgz" -C "$ROOT" --exclude='*.safetensors' --exclude='*.pt' --exclude='*.parquet' \
-    --exclude="$name/model" --exclude="$name/sft" --exclude="$name/sft_hf" "$name"
+  pack_run_dir "$ROOT" "$name" "$OUT"
   for table in eval eval_train; do  # held-out (and training-position) tables, the fixed-move line under each
     if [[ -f "$ROOT/$name/$table/results.md" ]]; then
       echo "$name, $table:"

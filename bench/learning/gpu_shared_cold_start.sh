@@ -29,11 +29,7 @@ base_spec="$1"
 shift
 
 pack() {  # everything small of ROOT/NAME into OUT/NAME.tgz
-  local name="$1"
-  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$ROOT/$name/gpu.txt" 2>&1 || true
-  tar czf "$OUT/$name.tgz" -C "$ROOT" --exclude='*.safetensors' --exclude='*.pt' --exclude='*.parquet' \
-    --exclude="$name/model" --exclude="$name/sft" --exclude="$name/grpo" --exclude="$name/sft_hf" \
-    --exclude="$name/grpo_hf" "$name"
+  pack_run_dir "$ROOT" "$1" "$OUT"
 }
 
 # the shared stages

@@ -23,6 +23,7 @@ from typing import Any
 from ..envs.config import ConfigError, to_plain
 from ..mixture import EnvMixture, config_dict
 from .backends import BACKENDS, DTYPES, SCORING_DTYPES, GenerationSettings
+from .single_move import POSITIONS
 
 SUITES = ("single", "arena", "logic", "exploitability")
 SUITE_KEYS = {"single": "single_move", "arena": "arena", "logic": "logic", "exploitability": "exploitability"}
@@ -44,7 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--suites", default="auto",
                    help="comma list of single,arena,logic,exploitability (auto: single+arena if openspiel is "
                         "configured, logic if logic is; exploitability only when named)")
-    p.add_argument("--positions", choices=("held-out", "training"), default="held-out",
+    p.add_argument("--positions", choices=POSITIONS, default="held-out",
                    help="single suite: held-out positions (default), or training: the first val_tasks_per_case "
                         "distinct positions of the training plan, in sample (set openspiel.num_tasks_per_case and "
                         "seed as the run trained), to tell a model that did not fit from one that does not "
