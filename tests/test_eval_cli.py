@@ -65,6 +65,9 @@ def test_cli_writes_consistent_json_markdown_and_png(e2e_run):
             _proportion_ok(case["legal"], val_n)
             assert case["legal"]["k"] <= case["format"]["k"]  # a legal move is always a well-formed answer
             assert 0.0 <= case["engine_score"] <= 1.0 and 0.0 <= case["reward"] <= 1.0
+            ci = case["engine_score_ci"]  # the mean's interval, around the mean and over the same n tasks
+            assert ci["n"] == val_n and ci["mean"] == pytest.approx(case["engine_score"])
+            assert ci["ci_low"] <= case["engine_score"] <= ci["ci_high"]
         assert single["overall"]["n"] == 2 * val_n
         assert single["overall"]["legal"]["k"] == sum(c["legal"]["k"] for c in single["cases"].values())
         matches = model["arena"]["matches"]

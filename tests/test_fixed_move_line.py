@@ -61,6 +61,20 @@ def test_models_report_their_favourite_move(results) -> None:
     assert "first: favourite" in md and "Fixed-move line" in md and "random mover" in md
 
 
+def test_engine_scores_come_with_their_interval(results) -> None:
+    """The engine score is a mean of per-position values in [0, 1]: its normal interval goes into the JSON and
+    the table, so that two models are compared beyond noise (a scripted player that always plays the same legal
+    move scores differently per position: a real spread)."""
+    for name in ("first", "random"):
+        case = results["models"][name]["single_move"]["cases"]["connect_four"]
+        ci = case["engine_score_ci"]
+        assert ci["n"] == 8 and ci["mean"] == pytest.approx(case["engine_score"])
+        assert ci["ci_low"] < case["engine_score"] < ci["ci_high"]
+        cell = f"{case['engine_score']:.3f} [{ci['ci_low']:.3f}, {ci['ci_high']:.3f}]"
+        assert cell in results["markdown"]
+    assert "[its normal interval]" in results["markdown"]
+
+
 def test_training_positions_are_the_exported_rows_in_sample(tmp_path) -> None:
     """--positions training: the first val_tasks_per_case distinct positions of the training plan, which are
     the positions an SFT export of the same settings holds (whatever its size), none of them held out; the

@@ -44,6 +44,14 @@ def _num(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f}"
 
 
+def _engine(single: dict[str, Any]) -> str:
+    """``0.812 [0.789, 0.836]``: the engine score with its interval (results without one show the mean alone)."""
+    ci = single.get("engine_score_ci") or {}
+    if single.get("engine_score") is None or ci.get("ci_low") is None:
+        return _num(single.get("engine_score"))
+    return f"{single['engine_score']:.3f} [{ci['ci_low']:.3f}, {ci['ci_high']:.3f}]"
+
+
 def _mean_ci(mean: dict[str, Any] | None) -> str:
     """``+0.123 [+0.045, +0.201]``; results written before the arena had ``mean_return`` show '-'."""
     if not mean or mean.get("mean") is None:
@@ -130,7 +138,8 @@ def markdown(results: dict[str, Any]) -> str:
             title = "Single-move tasks on training positions (in sample, not held out)"
         lines += [f"## {title}", "",
                   "legal = legal-move rate, format = well-formed answer rate, engine = mean engine-shaped score "
-                  "(illegal = 0), favourite = the move of most legal replies and its share of them.", ""]
+                  "(illegal = 0) [its normal interval], favourite = the move of most legal replies and its share "
+                  "of them.", ""]
         header = ["case", "n"] + [f"{m}: {k}" for m in names for k in ("legal", "format", "engine", "favourite")]
         first = results["models"][names[0]]["single_move"]
         rows = []
@@ -140,7 +149,7 @@ def markdown(results: dict[str, Any]) -> str:
             for m in names:
                 r = results["models"][m]["single_move"]
                 r = r["overall"] if case is None else r["cases"][case]
-                row += [_rate_ci(r["legal"]), _pct(r["format"]["rate"]), _num(r["engine_score"])]
+                row += [_rate_ci(r["legal"]), _pct(r["format"]["rate"]), _engine(r)]
                 if case is not None:
                     row.append(_favourite(r.get("favourite")))
                 else:

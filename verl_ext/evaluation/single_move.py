@@ -21,7 +21,7 @@ from ..held_out import content_key
 from ..mixture import EnvMixture
 from ..seeding import stable_seed
 from .policies import MoveRequest, Policy, clip, respond_all
-from .stats import mean_or_none, proportion
+from .stats import mean_interval, mean_or_none, proportion
 
 SAMPLES_PER_CASE = 2
 SAMPLE_CHARS = 400
@@ -113,6 +113,9 @@ class _CaseTally:
             "format": proportion(self.format_ok, self.n, confidence),
             "legal": proportion(self.legal, self.n, confidence),
             "engine_score": mean_or_none(self.engine),
+            # the mean's normal 95 % interval: two models' engine scores differ beyond noise only where these
+            # do not overlap (a rate's Wilson interval does not apply to a mean of values in [0, 1])
+            "engine_score_ci": mean_interval(self.engine, confidence),
             "engine_score_when_legal": mean_or_none(self.engine_legal),
             "engine_note": engine_note,
             "reward": mean_or_none(self.rewards),
