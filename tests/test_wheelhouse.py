@@ -23,7 +23,7 @@ import pytest
 from verl_ext.wheelhouse import WheelhouseError
 from verl_ext.wheelhouse import chunks as chunks_mod
 from verl_ext.wheelhouse import download as download_mod
-from verl_ext.wheelhouse.carry import MIB, auto_chunk_mib, working_tree_bytes
+from verl_ext.wheelhouse.carry import MIB, auto_chunk_mib, carried_bytes, working_tree_bytes
 from verl_ext.wheelhouse.chunks import MANIFEST, ChunkWriter, chunk_name, extract, load_manifest, pack, verify
 from verl_ext.wheelhouse.cli import main as cli_main
 from verl_ext.wheelhouse.closure import check
@@ -619,12 +619,20 @@ def _git_checkout(root: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def test_working_tree_bytes_counts_what_a_carry_call_sends(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     root = _git_checkout(tmp_path / "repo", monkeypatch)
-    assert working_tree_bytes(root) == (root, 12 + 100 + 50)
-    assert working_tree_bytes(root / "sub") == (root, 12 + 100 + 50)  # the whole checkout, from any folder in it
+    # each file as in a tar archive: a 512-byte header and its content padded to 512 bytes
+    assert working_tree_bytes(root) == (root, 3 * (512 + 512))
+    assert working_tree_bytes(root / "sub") == (root, 3 * (512 + 512))  # the whole checkout, from any folder in it
     outside = tmp_path / "plain"
     outside.mkdir()
     with pytest.raises(WheelhouseError, match="not in a git checkout"):
         working_tree_bytes(outside)
+
+
+def test_carried_bytes_count_the_tar_overhead_of_many_small_files() -> None:
+    assert [carried_bytes(n) for n in (0, 1, 512, 513)] == [512, 1024, 1024, 1536]
+    # the refused call of 2026-11-27: ~2,084 files of 37.4 MiB and one chunk of 26 MiB are over the limit
+    tree = sum(carried_bytes(int(37.4 * MIB / 2084)) for _ in range(2084))
+    assert tree / MIB + 26 > 64 and auto_chunk_mib(tree) < 26
 
 
 def test_auto_chunk_mib_leaves_the_tree_and_headroom_under_the_carry_limit() -> None:
