@@ -1,0 +1,81 @@
+"""Is the engine reward right? Score held-out positions with the reward's MCTS settings and with a stronger search,
+and report how good the reward's best move is by the stronger one, how far apart the moves of a position are, and
+what a random mover and each fixed move score (the fixed-move line) under both.
+
+    python bench/learning/engine_fidelity.py --case connect_four --positions 40 --simulations 300,3000
+
+A GRPO run that ends at the fixed-move line has two suspects: a reward whose values are noise (then the stronger
+search disagrees with the reward's best move) or a policy that does not read the board (the values agree, and the
+best move is worth well above the fixed move). Output: a table on stdout and, with --out, the numbers as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+
+from verl_ext.envs import make_env
+from verl_ext.evaluation.single_move import heldout_tasks
+from verl_ext.mixture import EnvMixture
+
+
+def analyse(case: str, positions: int, simulations: list[int], held_out_share: float = 0.2,
+            val_tasks_per_case: int = 500) -> dict:
+    """Per simulation count: the mean value (under the strongest count) of the move it calls best, the mean
+    best-minus-worst spread, the random mover's and each fixed move's mean score, and the seconds it took."""
+    mixture = EnvMixture({"openspiel": {"game_types": [case], "seed": 0}, "held_out_share": held_out_share,
+                          "val_tasks_per_case": val_tasks_per_case})
+    tasks = heldout_tasks(mixture, "openspiel")[:positions]
+    tables: dict[int, list[dict[int, float]]] = {}
+    seconds: dict[int, float] = {}
+    for sims in simulations:
+        adapter = make_env("openspiel", {"game_types": [case], "reward_mode": "engine", "mcts_simulations": sims})
+        start = time.perf_counter()
+        tables[sims] = [adapter.task_scores(case, task.state) for task in tasks]
+        seconds[sims] = time.perf_counter() - start
+    strongest = tables[max(simulations)]
+    out = {"case": case, "positions": len(tasks), "reference_simulations": max(simulations), "by_simulations": {}}
+    for sims, table in tables.items():
+        best = [max(scores, key=lambda a, s=scores: (s[a], -a)) for scores in table]  # the reward's tie-break
+        fixed: dict[int, list[float]] = {}
+        for scores in table:
+            random_mover = statistics.fmean(scores.values())
+            for action in range(max(max(s) for s in table) + 1):  # an illegal fixed move plays at random there
+                fixed.setdefault(action, []).append(scores.get(action, random_mover))
+        out["by_simulations"][str(sims)] = {
+            "best_move_value_by_reference": statistics.fmean(strongest[i][b] for i, b in enumerate(best)),
+            "best_minus_worst": statistics.fmean(max(s.values()) - min(s.values()) for s in table),
+            "random_mover": statistics.fmean(statistics.fmean(s.values()) for s in table),
+            "fixed_moves": {str(a): statistics.fmean(v) for a, v in sorted(fixed.items())},
+            "seconds": round(seconds[sims], 2),
+        }
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--case", default="connect_four")
+    parser.add_argument("--positions", type=int, default=40)
+    parser.add_argument("--simulations", default="300,3000", help="comma list; the largest is the reference")
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args(argv)
+    simulations = sorted({int(s) for s in args.simulations.split(",")})
+    result = analyse(args.case, args.positions, simulations)
+    print(f"{result['case']}: {result['positions']} held-out positions, reference = {result['reference_simulations']}"
+          " simulations")
+    print("| simulations | its best move, by the reference | best - worst | random mover | best fixed move | s |")
+    print("|---|---|---|---|---|---|")
+    for sims, row in result["by_simulations"].items():
+        action, value = max(row["fixed_moves"].items(), key=lambda kv: kv[1])
+        print(f"| {sims} | {row['best_move_value_by_reference']:.3f} | {row['best_minus_worst']:.3f} | "
+              f"{row['random_mover']:.3f} | action {action}: {value:.3f} | {row['seconds']} |")
+    if args.out:
+        args.out.write_text(json.dumps(result, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
