@@ -121,8 +121,30 @@ def _fixed_move_lines(baselines: dict[str, Any]) -> list[str]:
         return []
     parts = [f"{case} {b['best_fixed_move']} {_num(b['best_fixed_score'])} (random mover {_num(b['random_mover'])})"
              for case, b in baselines.items()]
-    return ["Fixed-move line (the engine score of always playing the best single move on these positions; a model "
-            "at or below it has learnt a favourite, not the positions): " + "; ".join(parts) + ".", ""]
+    lines = ["Fixed-move line (the engine score of always playing the best single move on these positions; a model "
+             "at or below it has learnt a favourite, not the positions): " + "; ".join(parts) + ".", ""]
+    tactical = [f"{case} {_num(b['tactics_line'])} ({b['win_positions']} positions with a win on the board, "
+                f"{b['block_positions']} that need a block)"
+                for case, b in baselines.items() if b.get("tactics_line") is not None]
+    if tactical:
+        lines += ["Tactics line (the engine score of a player that knows only one-ply tactics: a random winning "
+                  "move, else a random move that does not let the opponent win at once): " + "; ".join(tactical)
+                  + ".", ""]
+    return lines
+
+
+def _tactics_table(results: dict[str, Any], names: list[str]) -> list[str]:
+    """Per case with one-ply tactics, each model's share of wins taken and of threats blocked."""
+    first = results["models"][names[0]]["single_move"]["cases"]
+    cases = [case for case, r in first.items() if "tactics" in r]
+    if not cases:
+        return []
+    header = ["case"] + [f"{m}: {k}" for m in names for k in ("took the win", "blocked")]
+    rows = [[case] + [_rate_ci(results["models"][m]["single_move"]["cases"][case]["tactics"][k])
+                      for m in names for k in ("win_taken", "blocked")] for case in cases]
+    return (["One-ply tactics: where a move wins at once, the share of replies that play a winning move; where "
+             "the opponent threatens to win at once (and no win is on the board), the share that avoid every move "
+             "letting it win.", ""] + _table(header, rows) + [""])
 
 
 def markdown(results: dict[str, Any]) -> str:
@@ -157,6 +179,7 @@ def markdown(results: dict[str, Any]) -> str:
             rows.append(row)
         lines += _table(header, rows) + [""]
         lines += _fixed_move_lines(results.get("single_move_baseline") or {})
+        lines += _tactics_table(results, names)
     names = _models_with(results, "arena")
     if names:
         lines += [f"## {SUITE_TITLES['arena']}", "",

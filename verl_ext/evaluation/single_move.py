@@ -22,6 +22,7 @@ from ..mixture import EnvMixture
 from ..seeding import stable_seed
 from .policies import MoveRequest, Policy, clip, respond_all
 from .stats import mean_interval, mean_or_none, proportion
+from .tactics import OnePly, has_tactics, one_ply, tactics_line
 
 SAMPLES_PER_CASE = 2
 SAMPLE_CHARS = 400
@@ -106,8 +107,22 @@ class _CaseTally:
     samples: list[dict[str, Any]] = field(default_factory=list)
     actions: Counter = field(default_factory=Counter)  # legal replies by OpenSpiel action
     action_moves: dict[int, set[str]] = field(default_factory=dict)  # the move texts seen for each action
+    win_chances: int = 0  # positions with an immediate win on the board (tactics.py)
+    wins_taken: int = 0
+    block_chances: int = 0  # positions where some moves let the opponent win at once and others do not
+    blocks_made: int = 0
 
-    def summary(self, confidence: float, engine_note: str | None, with_samples: bool = True) -> dict[str, Any]:
+    def count_tactics(self, tactics: OnePly, action: int | None) -> None:
+        """One position's one-ply tactics and the reply's action (None: no legal move)."""
+        if tactics.win_available:
+            self.win_chances += 1
+            self.wins_taken += int(action in tactics.winning)
+        elif tactics.must_block:
+            self.block_chances += 1
+            self.blocks_made += int(action is not None and action not in tactics.losing)
+
+    def summary(self, confidence: float, engine_note: str | None, with_samples: bool = True,
+                tactics: bool = False) -> dict[str, Any]:
         out = {
             "n": self.n,
             "format": proportion(self.format_ok, self.n, confidence),
@@ -122,6 +137,9 @@ class _CaseTally:
             "reasons": dict(sorted(self.reasons.items())),
             "favourite": self.favourite(),
         }
+        if tactics:  # took the win where there was one; avoided the losing moves where a block was needed
+            out["tactics"] = {"win_taken": proportion(self.wins_taken, self.win_chances, confidence),
+                              "blocked": proportion(self.blocks_made, self.block_chances, confidence)}
         if with_samples:
             out["samples"] = self.samples
         return out
@@ -147,12 +165,15 @@ def evaluate_single_move(policy: Policy, mixture: EnvMixture, engine: EnvAdapter
     for task, reply in tqdm(list(zip(tasks, replies)), desc=f"{policy.name}: scoring", unit="task",
                             disable=not progress, leave=False):
         result = adapter.score(task.case, task.state, reply)
+        action = adapter.move_actions(task.case, task.state)[result.parsed] if result.valid else None
+        tactics = one_ply(task.case, task.state)
+        if tactics is not None:
+            tallies[task.case].count_tactics(tactics, action)
         engine_value = None
         if engine is not None and task.case not in engine_skipped:
             engine_value = engine.score(task.case, task.state, reply).task_score if result.valid else 0.0
-        if result.valid:
+        if action is not None:
             tally = tallies[task.case]
-            action = adapter.move_actions(task.case, task.state)[result.parsed]
             tally.actions[action] += 1
             tally.action_moves.setdefault(action, set()).add(result.parsed)
         for tally in (tallies[task.case], pooled):
@@ -172,7 +193,8 @@ def evaluate_single_move(policy: Policy, mixture: EnvMixture, engine: EnvAdapter
     overall.pop("favourite")  # actions of different games are not one move
     return {
         "reward_mode": adapter.config.reward_mode,  # type: ignore[attr-defined]
-        "cases": {case: t.summary(confidence, engine_skipped.get(case)) for case, t in tallies.items()},
+        "cases": {case: t.summary(confidence, engine_skipped.get(case), tactics=has_tactics(case))
+                  for case, t in tallies.items()},
         "overall": overall,
     }
 
@@ -185,11 +207,15 @@ def fixed_move_baselines(engine: EnvAdapter, tasks: list[Task], engine_skipped: 
     a favourite move, not the positions (docs/eval.md, "The fixed-move line")."""
     tables: dict[str, list[dict[int, float]]] = {}
     labels: dict[str, dict[int, set[str]]] = {}
+    tactical: dict[str, list[tuple[OnePly, dict[int, float]]]] = {}
     for task in tasks:
         if task.case in engine_skipped:
             continue
         scores = engine.task_scores(task.case, task.state)  # type: ignore[attr-defined]
         tables.setdefault(task.case, []).append(scores)
+        tactics = one_ply(task.case, task.state)
+        if tactics is not None:
+            tactical.setdefault(task.case, []).append((tactics, scores))
         for move, action in engine.move_actions(task.case, task.state).items():  # type: ignore[attr-defined]
             labels.setdefault(task.case, {}).setdefault(action, set()).add(move)
     baselines = {}
@@ -204,4 +230,9 @@ def fixed_move_baselines(engine: EnvAdapter, tasks: list[Task], engine_skipped: 
         best = max(fixed, key=lambda label: fixed[label]["score"])
         baselines[case] = {"positions": len(case_tables), "random_mover": sum(random_scores) / len(random_scores),
                            "best_fixed_move": best, "best_fixed_score": fixed[best]["score"], "fixed_moves": fixed}
+        if case in tactical:  # the one-ply tactician (tactics.py) and how many positions test each tactic
+            baselines[case].update(
+                tactics_line=tactics_line(tactical[case]),
+                win_positions=sum(t.win_available for t, _ in tactical[case]),
+                block_positions=sum(t.must_block for t, _ in tactical[case]))
     return baselines

@@ -1,0 +1,88 @@
+"""One-ply tactics (verl_ext/evaluation/tactics.py) and their place in the single-move suite: wins taken, threats
+blocked, and the tactics line beside the fixed-move line."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from verl_ext.envs.openspiel_env import load_game
+from verl_ext.evaluation.cli import main as eval_main
+from verl_ext.evaluation.tactics import OnePly, has_tactics, one_ply, tactics_line
+
+
+def tic_tac_toe_after(*actions: int) -> str:
+    state = load_game("tic_tac_toe").new_initial_state()
+    for action in actions:
+        state.apply_action(action)
+    return state.serialize()
+
+
+def test_a_win_on_the_board_is_found_and_outranks_the_threat():
+    # x: 0, 1; o: 3, 4. x to move wins at 2; o threatens 5, but the win comes first
+    tactics = one_ply("tic_tac_toe", tic_tac_toe_after(0, 3, 1, 4))
+    assert tactics.winning == {2} and tactics.win_available and not tactics.must_block
+    assert tactics.tactical_moves() == {2}
+    assert 2 not in tactics.losing and tactics.losing == tactics.legal - {2, 5}
+
+
+def test_a_threat_must_be_blocked_in_the_one_cell_that_stops_it():
+    # x: 0, 8; o: 4, 1. o threatens the middle column (1, 4, 7); x has no win
+    tactics = one_ply("tic_tac_toe", tic_tac_toe_after(0, 4, 8, 1))
+    assert not tactics.winning and tactics.must_block
+    assert tactics.legal - tactics.losing == {7} and tactics.tactical_moves() == {7}
+
+
+def test_a_quiet_position_has_no_tactics_and_every_move_is_tactical():
+    tactics = one_ply("tic_tac_toe", tic_tac_toe_after(4))
+    assert not tactics.win_available and not tactics.must_block
+    assert tactics.tactical_moves() == tactics.legal and len(tactics.legal) == 8
+
+
+def test_connect_four_vertical_threat():
+    state = load_game("connect_four").new_initial_state()
+    for action in (0, 1, 0, 1, 0):  # x has three in column 0; o to move must play column 0
+        state.apply_action(action)
+    tactics = one_ply("connect_four", state.serialize())
+    assert not tactics.winning and tactics.must_block and tactics.legal - tactics.losing == {0}
+
+
+def test_games_without_one_ply_tactics_are_skipped():
+    assert has_tactics("tic_tac_toe") and has_tactics("connect_four")
+    assert not has_tactics("kuhn_poker")  # imperfect information
+    state = load_game("kuhn_poker").new_initial_state()
+    while state.is_chance_node():
+        state.apply_action(state.legal_actions()[0])
+    assert one_ply("kuhn_poker", state.serialize()) is None
+
+
+def test_the_tactics_line_averages_the_tactical_moves_of_each_position():
+    win = OnePly(legal=frozenset({0, 1, 2}), winning=frozenset({1}), losing=frozenset())
+    block = OnePly(legal=frozenset({0, 1, 2}), winning=frozenset(), losing=frozenset({0, 1}))
+    lost = OnePly(legal=frozenset({0, 1}), winning=frozenset(), losing=frozenset({0, 1}))  # every move loses
+    scores = {0: 0.2, 1: 1.0, 2: 0.6}
+    assert tactics_line([(win, scores)]) == pytest.approx(1.0)
+    assert tactics_line([(block, scores)]) == pytest.approx(0.6)
+    assert tactics_line([(lost, scores)]) == pytest.approx(0.6)  # random among all
+    assert tactics_line([(win, scores), (block, scores)]) == pytest.approx(0.8)
+    assert tactics_line([]) is None
+
+
+def test_the_single_move_suite_reports_tactics_per_model_and_the_line(tmp_path):
+    out = tmp_path / "eval"
+    argv = ["--set", "openspiel.game_types=[tic_tac_toe,connect_four]", "--set", "val_tasks_per_case=24",
+            "--set", "openspiel.mcts_simulations=20", "--suites", "single",
+            "--models", "first=scripted:first", "random=scripted:random", "--no-progress", "--out", str(out)]
+    assert eval_main(argv) == 0
+    results = json.loads((out / "results.json").read_text())
+    for case in ("tic_tac_toe", "connect_four"):
+        line = results["single_move_baseline"][case]
+        assert line["win_positions"] + line["block_positions"] > 0
+        assert line["random_mover"] < line["tactics_line"] <= 1.0
+        for model in ("first", "random"):
+            tactics = results["models"][model]["single_move"]["cases"][case]["tactics"]
+            assert tactics["win_taken"]["n"] == line["win_positions"]
+            assert tactics["blocked"]["n"] == line["block_positions"]
+    md = (out / "results.md").read_text()
+    assert "Tactics line" in md and "| case | first: took the win | first: blocked |" in md
