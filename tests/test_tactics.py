@@ -1,4 +1,4 @@
-"""One-ply tactics (verl_ext/evaluation/tactics.py) and their place in the single-move suite: wins taken, threats
+"""One-ply tactics (verl_ext/envs/tactics.py) and their place in the single-move suite: wins taken, threats
 blocked, and the tactics line beside the fixed-move line."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 
 from verl_ext.envs.openspiel_env import load_game
 from verl_ext.evaluation.cli import main as eval_main
-from verl_ext.evaluation.tactics import OnePly, has_tactics, one_ply, tactics_line
+from verl_ext.envs.tactics import OnePly, has_tactics, one_ply, tactics_line
 
 
 def tic_tac_toe_after(*actions: int) -> str:
@@ -86,3 +86,62 @@ def test_the_single_move_suite_reports_tactics_per_model_and_the_line(tmp_path):
             assert tactics["blocked"]["n"] == line["block_positions"]
     md = (out / "results.md").read_text()
     assert "Tactics line" in md and "| case | first: took the win | first: blocked |" in md
+
+
+def test_the_reward_reports_each_replys_tactics_and_never_changes_the_score():
+    """compute_score's extras win_chance / win_taken / block_chance / blocked for single moves; the score is the
+    adapter's whatever the tactics say, and a hostile reply is a chance missed, not an error."""
+    from verl_ext.reward import compute_score
+
+    def scored(state: str, reply: str) -> dict:
+        info = {"env": "openspiel", "case": "tic_tac_toe", "state": state,
+                "env_config": json.dumps({"game_types": ["tic_tac_toe"], "reward_mode": "engine",
+                                          "mcts_simulations": 20})}
+        return compute_score("openspiel", reply, None, info)
+
+    win = tic_tac_toe_after(0, 3, 1, 4)  # x wins at 2 = (0,2)
+    taken, missed = scored(win, "<answer>x(0,2)</answer>"), scored(win, "<answer>x(2,2)</answer>")
+    assert (taken["win_chance"], taken["win_taken"], taken["block_chance"]) == (1.0, 1.0, 0.0)
+    assert (missed["win_chance"], missed["win_taken"]) == (1.0, 0.0) and missed["score"] < taken["score"]
+    for hostile in ("", "<answer>x(0,2)</answer>" * 50, "\x00" * 1000):
+        bad = scored(win, hostile)
+        assert bad["win_chance"] == 1.0 and bad["win_taken"] == 0.0 and bad["failed"] == 0.0
+    threat = tic_tac_toe_after(0, 4, 8, 1)  # o threatens (2,1) = action 7
+    blocked, not_blocked = scored(threat, "<answer>x(2,1)</answer>"), scored(threat, "<answer>x(0,2)</answer>")
+    assert (blocked["block_chance"], blocked["blocked"], blocked["win_chance"]) == (1.0, 1.0, 0.0)
+    assert (not_blocked["block_chance"], not_blocked["blocked"]) == (1.0, 0.0)
+    quiet = scored(tic_tac_toe_after(4), "<answer>x(0,0)</answer>")
+    assert (quiet["win_chance"], quiet["block_chance"]) == (0.0, 0.0)
+
+
+def test_step_metrics_share_the_tactics_over_the_replies_that_had_the_chance():
+    from verl_ext.envs.tactics import TACTIC_KEYS
+    from verl_ext.group_stats import TACTIC_FIELDS, Reply, step_metrics
+
+    assert TACTIC_FIELDS == TACTIC_KEYS  # the reward's names, kept apart to keep group_stats import-light
+    replies = ([Reply("a", 1.0, 1.0, case="tic_tac_toe", win_chance=1.0, win_taken=1.0, block_chance=0.0)] * 3
+               + [Reply("a", 0.2, 2.0, case="tic_tac_toe", win_chance=1.0, win_taken=0.0, block_chance=0.0)]
+               + [Reply("b", 0.5, 3.0, case="connect_four", win_chance=0.0, block_chance=1.0, blocked=1.0)]
+               + [Reply("b", 0.1, 4.0, case="connect_four", win_chance=0.0, block_chance=1.0, blocked=0.0)] * 3
+               + [Reply("c", 0.0, 5.0, case="connect_four")])  # a reward without tactics extras
+    metrics = step_metrics(replies)
+    assert metrics["tactics/win_taken"] == pytest.approx(0.75) and metrics["tactics/win_chances"] == 4.0
+    assert metrics["tactics/blocked"] == pytest.approx(0.25) and metrics["tactics/block_chances"] == 4.0
+    assert metrics["tactics/win_taken/tic_tac_toe"] == pytest.approx(0.75)
+    assert metrics["tactics/blocked/connect_four"] == pytest.approx(0.25)
+    assert "tactics/blocked/tic_tac_toe" not in metrics  # no chance, no share
+    assert not any(key.startswith("tactics/") for key in step_metrics([Reply("z", 1.0, 1.0)]))
+
+
+def test_the_plot_draws_the_tactics_per_case(tmp_path):
+    from verl_ext.plot import main as plot_main
+
+    metrics = tmp_path / "run.metrics.jsonl"
+    metrics.write_text("".join(json.dumps({"step": step, "data": {
+        "critic/score/mean": 0.5, "tactics/win_taken/tic_tac_toe": 0.2 * step, "tactics/blocked/tic_tac_toe": 0.1}})
+        + "\n" for step in (1, 2, 3)))
+    assert plot_main([str(metrics), "--out", str(tmp_path / "plots"), "--kind", "grpo"]) == 0
+    panels = json.loads(next((tmp_path / "plots").glob("*.json")).read_text())["panels"]
+    lines = panels["one-ply tactics: wins taken, threats blocked"]["lines"]
+    assert lines["win taken: tic_tac_toe"] == [[1, 0.2], [2, 0.4], [3, pytest.approx(0.6)]]
+    assert lines["blocked: tic_tac_toe"] == [[1, 0.1], [2, 0.1], [3, 0.1]]

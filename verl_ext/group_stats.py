@@ -12,6 +12,10 @@
   ``answer_entropy`` (mean per-group entropy of the answers, nats), ``favourite_share`` (mean share of a group's
   most frequent answer), ``groups``; and per case ``collapse/favourite_share/<case>``: the share of the case's
   replies, over the whole batch, that name its most frequent answer ("column 3 in 82 % of connect_four replies").
+- ``tactics/*`` over single moves of two-player games (``verl_ext/envs/tactics.py``): ``win_taken`` (where a move
+  won at once, the share of replies that played one) and ``blocked`` (where the opponent threatened to win at
+  once, the share that stopped it), pooled and per case (``tactics/win_taken/<case>``): does the policy read the
+  board, beyond the favourite-move share.
 
 Answers are the reward's canonical answers (``answer_id`` in the reward extras, ``verl_ext/envs/answer.py``); a
 malformed reply is one more answer of its own, "no answer", so a group of malformed replies counts as collapsed.
@@ -27,6 +31,8 @@ from typing import Hashable, Iterable, Sequence
 
 
 NO_ANSWER_ID = 0.0  # verl_ext.envs.answer.answer_id(None); not imported: that package loads every env (~0.1 s)
+# the reward's tactics extras (verl_ext.envs.tactics.TACTIC_KEYS, the same names; not imported, as above)
+TACTIC_FIELDS = ("win_chance", "win_taken", "block_chance", "blocked")
 EQUAL_REWARDS = 1e-6  # rewards closer than this count as equal (verl's GRPO divides by std + 1e-6)
 MAX_CASES = 16  # per-case metrics for at most this many cases a step (those with the most replies)
 _CASE_NAME = re.compile(r"[^A-Za-z0-9_.-]+")
@@ -43,6 +49,12 @@ class Reply:
     format_ok: float | None = None
     valid: float | None = None
     case: str = ""
+    # one-ply tactics (the reward's extras, verl_ext/envs/tactics.py): a win on the board / taken, a threat to
+    # block / blocked, as 0/1; None where the reward reported none
+    win_chance: float | None = None
+    win_taken: float | None = None
+    block_chance: float | None = None
+    blocked: float | None = None
 
 
 def step_metrics(replies: Iterable[Reply]) -> dict[str, float]:
@@ -54,6 +66,7 @@ def step_metrics(replies: Iterable[Reply]) -> dict[str, float]:
         return {}
     metrics = _signal(list(groups.values()))
     metrics.update(_collapse(list(groups.values())))
+    metrics.update(_tactics([reply for group in groups.values() for reply in group]))
     return metrics
 
 
@@ -108,6 +121,30 @@ def _collapse(groups: list[list[Reply]]) -> dict[str, float]:
         answered = [n for answer, n in counts.items() if answer != NO_ANSWER_ID]
         metrics[f"collapse/favourite_share/{case_name(case)}"] = max(answered, default=0) / sum(counts.values())
     return metrics
+
+
+def _tactics(replies: list[Reply]) -> dict[str, float]:
+    """``tactics/win_taken`` (of the replies with a win on the board, the share that took it) and
+    ``tactics/blocked`` (of those facing a threat, the share that blocked it), pooled and per case, with the
+    counts they are shares of (``tactics/win_chances``, ``tactics/block_chances``); nothing without chances."""
+    metrics: dict[str, float] = {}
+    by_case: dict[str, list[Reply]] = defaultdict(list)
+    for reply in replies:
+        by_case[reply.case].append(reply)
+    scopes = [("", replies)] + [(f"/{case_name(case)}", rs) for case, rs in
+                                sorted(by_case.items(), key=lambda item: -len(item[1]))[:MAX_CASES]]
+    for suffix, scoped in scopes:
+        for chance, done, name in (("win_chance", "win_taken", "win_taken"), ("block_chance", "blocked", "blocked")):
+            chances = [r for r in scoped if _flag(getattr(r, chance))]
+            if chances:
+                metrics[f"tactics/{name}{suffix}"] = sum(_flag(getattr(r, done)) for r in chances) / len(chances)
+                if not suffix:
+                    metrics[f"tactics/{chance}s"] = float(len(chances))
+    return metrics
+
+
+def _flag(value: float | None) -> bool:
+    return value is not None and math.isfinite(value) and value > 0.5
 
 
 def case_name(case: str) -> str:

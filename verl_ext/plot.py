@@ -119,7 +119,12 @@ def signal_panels(metrics: Steps) -> list[Panel]:
     prefix = "collapse/favourite_share/"
     for key in sorted({key for values in metrics.values() for key in values if key.startswith(prefix)}):
         per_case.add(key[len(prefix):], _series(metrics, key))
-    return [signal, collapse, per_case]
+    tactics = Panel("one-ply tactics: wins taken, threats blocked", ylim=(-0.02, 1.02))
+    for name in ("win_taken", "blocked"):
+        keys = sorted({key for values in metrics.values() for key in values if key.startswith(f"tactics/{name}/")})
+        for key in keys:
+            tactics.add(f"{name.replace('_', ' ')}: {key.split('/')[-1]}", _series(metrics, key))
+    return [signal, collapse, per_case, tactics]
 
 
 def _level(metrics: Steps, key: str, value: float) -> list[tuple[int, float]]:

@@ -22,7 +22,9 @@ from . import sample_log
 from .envs.answer import answer_id
 from .envs.config import to_plain
 from .envs.episode import EpisodeEnv
+from .envs.openspiel_env import OpenSpielAdapter
 from .envs.registry import cached_env
+from .envs.tactics import TACTIC_KEYS, one_ply, tactic_flags
 from .games import RECORD_FIELD
 from .games.match import GameRecord
 from .games.record_check import RecordError, trusted_record
@@ -34,8 +36,10 @@ logger = logging.getLogger(__name__)
 # For a game row format_ok/valid are the rates of well-formed/legal replies and task_score the outcome value.
 # answer_id: the canonical answer as a number (envs/answer.py; 0 = none), for the per-step collapse metrics; an
 # adapter's answer_key (OpenSpiel: the move's action, one id for x3 and o3) when it has one.
+# win_chance / win_taken / block_chance / blocked: one-ply tactics of a single move in a two-player game
+# (envs/tactics.py; 0 elsewhere), for the per-step tactics metrics.
 METRIC_KEYS = ("score", "format_ok", "valid", "task_score", "failed", "reward_ms", "dataset_ms", "answer_id") \
-    + GAME_METRIC_KEYS
+    + TACTIC_KEYS + GAME_METRIC_KEYS
 _MAX_LOGGED_FAILURES = 20
 _failures = 0
 _refusals = RateLimitedLog(logger)  # refused game records: first 5, then at most one a minute
@@ -43,7 +47,7 @@ _refusals = RateLimitedLog(logger)  # refused game records: first 5, then at mos
 
 def _result(score: float, format_ok: float, valid: float, task_score: float, failed: bool,
             started: float, dataset_ms: float = 0.0, game: GameRecord | None = None,
-            answer: str | None = None) -> dict[str, float]:
+            answer: str | None = None, tactics: Mapping[str, float] | None = None) -> dict[str, float]:
     return {
         "score": float(score),
         "format_ok": float(format_ok),
@@ -53,6 +57,7 @@ def _result(score: float, format_ok: float, valid: float, task_score: float, fai
         "reward_ms": (time.perf_counter() - started) * 1000.0,
         "dataset_ms": dataset_ms,  # time DynamicEnvDataset took to build this sample (0 for other datasets)
         "answer_id": answer_id(answer),
+        **(tactics or tactic_flags(None, None)),
         **game_metrics(game),
     }
 
@@ -70,6 +75,18 @@ def _score_game_row(adapter: Any, info: Mapping[str, Any], started: float) -> di
     result = score_game(record, adapter.game_settings)
     return _result(result.score, result.format_rate, result.legal_rate, result.outcome, False, started,
                    _dataset_ms(info), record)
+
+
+def _tactics(adapter: Any, case: str, state: str, result: Any) -> dict[str, float] | None:
+    """The reply's one-ply tactics flags for an OpenSpiel single move; None elsewhere. A metric: any error here
+    leaves the flags at 0 and never touches the score."""
+    if not isinstance(adapter, OpenSpielAdapter):
+        return None
+    try:
+        action = adapter.move_actions(case, state).get(result.parsed) if result.valid else None
+        return tactic_flags(one_ply(case, state), action)
+    except Exception:  # noqa: BLE001 - e.g. a game whose states do not deserialise; the score stands
+        return None
 
 
 def _rows_opponent(info: Mapping[str, Any]) -> str | None:
@@ -117,7 +134,8 @@ def compute_score(data_source: Any = None, solution_str: Any = None, ground_trut
             if result.valid and answer is not None and hasattr(adapter, "answer_key"):
                 answer = adapter.answer_key(str(info["case"]), str(info["state"]), answer)
             scored = _result(result.score, result.format_ok, result.valid, result.task_score, False, started,
-                             _dataset_ms(info), answer=answer)
+                             _dataset_ms(info), answer=answer,
+                             tactics=_tactics(adapter, str(info["case"]), str(info["state"]), result))
     except RecordError as err:  # a game record that does not add up: refused, scored 0, counted as failed
         _refusals.warn("verl_ext.compute_score refused a game record (data_source=%r): %s; scoring 0",
                        data_source, err)

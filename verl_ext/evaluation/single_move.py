@@ -22,7 +22,7 @@ from ..mixture import EnvMixture
 from ..seeding import stable_seed
 from .policies import MoveRequest, Policy, clip, respond_all
 from .stats import mean_interval, mean_or_none, proportion
-from .tactics import OnePly, has_tactics, one_ply, tactics_line
+from ..envs.tactics import OnePly, has_tactics, one_ply, tactics_line
 
 SAMPLES_PER_CASE = 2
 SAMPLE_CHARS = 400

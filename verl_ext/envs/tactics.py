@@ -18,7 +18,12 @@ from dataclasses import dataclass
 
 import pyspiel
 
-from ..envs.openspiel_env import load_game
+from .openspiel_env import load_game
+
+
+# Positions with more legal moves are left out (None): the check plays every move and every reply (moves x replies
+# clones), which must stay cheap inside the reward; tic_tac_toe has at most 9 and connect_four 7.
+MAX_MOVES = 64
 
 
 @dataclass(frozen=True)
@@ -63,11 +68,13 @@ def _ends_ahead(state: pyspiel.State, player: int) -> bool:
 @functools.lru_cache(maxsize=1 << 16)  # every model of an eval asks about the same positions
 def one_ply(case: str, state_str: str) -> OnePly | None:
     """The one-ply tactics of the serialised decision node ``state_str`` of ``case``; None for a game without them
-    (``has_tactics``) or a position that is not a two-player decision."""
+    (``has_tactics``), a position that is not a two-player decision, or one of more than ``MAX_MOVES`` moves."""
     if not has_tactics(case):
         return None
     state = load_game(case).deserialize_state(state_str)
     if state.is_terminal() or state.is_chance_node() or state.current_player() not in (0, 1):
+        return None
+    if len(state.legal_actions()) > MAX_MOVES:
         return None
     mover = state.current_player()
     legal, winning, losing = [], [], []
@@ -85,6 +92,19 @@ def one_ply(case: str, state_str: str) -> OnePly | None:
                     losing.append(action)
                     break
     return OnePly(frozenset(legal), frozenset(winning), frozenset(losing))
+
+
+TACTIC_KEYS = ("win_chance", "win_taken", "block_chance", "blocked")
+
+
+def tactic_flags(tactics: OnePly | None, action: int | None) -> dict[str, float]:
+    """One reply's one-ply tactics as 0/1 numbers (the reward's extras): a win on the board and whether the reply
+    (its action; None when not a legal move) took it; a threat to block and whether the reply blocked it."""
+    win = tactics is not None and tactics.win_available
+    block = tactics is not None and tactics.must_block
+    return {"win_chance": float(win), "win_taken": float(win and action in tactics.winning),
+            "block_chance": float(block),
+            "blocked": float(block and action is not None and action not in tactics.losing)}
 
 
 def tactics_line(tables: list[tuple[OnePly, dict[int, float]]]) -> float | None:
