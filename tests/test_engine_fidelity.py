@@ -26,3 +26,34 @@ def test_the_reference_agrees_with_itself_and_the_numbers_are_scores(tmp_path, c
         # the fixed moves average out to the random mover (an illegal one counts the random mover's score there)
         assert sum(row["fixed_moves"].values()) / 9 == pytest.approx(row["random_mover"])
     assert "| 20 |" in capsys.readouterr().out
+
+
+tactician_games = load_bench_script("tactician_games")
+
+
+def test_the_tactician_plays_whole_games_through_the_arenas_episodes(tmp_path, capsys):
+    out = tmp_path / "games.json"
+    assert tactician_games.main(["--cases", "tic_tac_toe", "--opponents", "random", "--games", "24",
+                                 "--out", str(out)]) == 0
+    (row,) = json.loads(out.read_text())
+    assert (row["case"], row["player"], row["opponent"], row["games"]) == ("tic_tac_toe", "tactician", "random", 24)
+    assert row["win"]["k"] + row["draw"]["k"] + row["loss"]["k"] == 24
+    assert row["win"]["k"] > row["loss"]["k"]  # it takes every win on the board and blocks every single threat
+    assert "| tic_tac_toe | tactician | random | 24 |" in capsys.readouterr().out
+
+
+def test_the_tactician_takes_a_win_and_blocks_a_threat():
+    import random
+
+    from verl_ext.envs.openspiel_env import load_game
+
+    state = load_game("tic_tac_toe").new_initial_state()
+    for action in (0, 3, 1, 4):  # x to move wins at 2 (o threatens 5)
+        state.apply_action(action)
+    assert tactician_games.tactician_move("tic_tac_toe", state.serialize(), state.legal_actions(),
+                                          random.Random(0)) == 2
+    state = load_game("tic_tac_toe").new_initial_state()
+    for action in (0, 4, 8, 1):  # o threatens 7; x has no win
+        state.apply_action(action)
+    assert all(tactician_games.tactician_move("tic_tac_toe", state.serialize(), state.legal_actions(),
+                                              random.Random(seed)) == 7 for seed in range(5))
