@@ -3,6 +3,11 @@ and report how good the reward's best move is by the stronger one, how far apart
 what a random mover and each fixed move score (the fixed-move line) under both.
 
     python bench/learning/engine_fidelity.py --case connect_four --positions 40 --simulations 300,3000
+    python bench/learning/engine_fidelity.py --case tic_tac_toe --positions 500 --exact   # + OpenSpiel's alpha-beta
+
+``--exact`` (small two-player zero-sum games: it searches the whole tree from each position) also counts the
+positions where the move each simulation count calls best is worse than the best move by OpenSpiel's alpha-beta
+search (``open_spiel.python.algorithms.minimax``): a blunder the engine reward pays as the best move.
 
 A GRPO run that ends at the fixed-move line has two suspects: a reward whose values are noise (then the stronger
 search disagrees with the reward's best move) or a policy that does not read the board (the values agree, and the
@@ -17,18 +22,44 @@ import statistics
 import time
 from pathlib import Path
 
+import pyspiel
+from open_spiel.python.algorithms import minimax
+
 from verl_ext.envs import make_env
-from verl_ext.evaluation.single_move import heldout_tasks
+from verl_ext.envs.openspiel_env import load_game
+from verl_ext.evaluation.single_move import heldout_tasks, training_tasks
 from verl_ext.mixture import EnvMixture
 
 
+def exact_move_values(case: str, state_str: str) -> dict[int, float]:
+    """Every legal move's game-theoretic value for the player to move (OpenSpiel's alpha-beta search)."""
+    game = load_game(case)
+    state = game.deserialize_state(state_str)
+    mover = state.current_player()
+    values = {}
+    for action in state.legal_actions():
+        after = state.clone()
+        after.apply_action(action)
+        if after.is_terminal():
+            values[action] = after.returns()[mover]
+        else:
+            value, _ = minimax.alpha_beta_search(game, state=after, maximizing_player_id=mover)
+            values[action] = value
+    return values
+
+
 def analyse(case: str, positions: int, simulations: list[int], held_out_share: float = 0.2,
-            val_tasks_per_case: int = 500) -> dict:
+            val_tasks_per_case: int = 500, exact: bool = False, split: str = "held-out") -> dict:
     """Per simulation count: the mean value (under the strongest count) of the move it calls best, the mean
     best-minus-worst spread, the random mover's and each fixed move's mean score, and the seconds it took."""
-    mixture = EnvMixture({"openspiel": {"game_types": [case], "seed": 0}, "held_out_share": held_out_share,
-                          "val_tasks_per_case": val_tasks_per_case})
-    tasks = heldout_tasks(mixture, "openspiel")[:positions]
+    if split == "training":  # the first distinct positions of the training rows (as `verl-ext eval --positions`)
+        mixture = EnvMixture({"openspiel": {"game_types": [case], "seed": 0, "num_tasks_per_case": 10 * positions},
+                              "held_out_share": held_out_share, "val_tasks_per_case": positions})
+        tasks = training_tasks(mixture, "openspiel")[:positions]
+    else:
+        mixture = EnvMixture({"openspiel": {"game_types": [case], "seed": 0}, "held_out_share": held_out_share,
+                              "val_tasks_per_case": val_tasks_per_case})
+        tasks = heldout_tasks(mixture, "openspiel")[:positions]
     tables: dict[int, list[dict[int, float]]] = {}
     seconds: dict[int, float] = {}
     for sims in simulations:
@@ -37,7 +68,13 @@ def analyse(case: str, positions: int, simulations: list[int], held_out_share: f
         tables[sims] = [adapter.task_scores(case, task.state) for task in tasks]
         seconds[sims] = time.perf_counter() - start
     strongest = tables[max(simulations)]
-    out = {"case": case, "positions": len(tasks), "reference_simulations": max(simulations), "by_simulations": {}}
+    exact_values = None
+    if exact:
+        kind = load_game(case).get_type()
+        if kind.utility != pyspiel.GameType.Utility.ZERO_SUM or load_game(case).num_players() != 2:
+            raise SystemExit(f"--exact: {case} is not a two-player zero-sum game")
+        exact_values = [exact_move_values(case, task.state) for task in tasks]
+    out = {"case": case, "split": split, "positions": len(tasks), "reference_simulations": max(simulations), "by_simulations": {}}
     for sims, table in tables.items():
         best = [max(scores, key=lambda a, s=scores: (s[a], -a)) for scores in table]  # the reward's tie-break
         fixed: dict[int, list[float]] = {}
@@ -52,6 +89,9 @@ def analyse(case: str, positions: int, simulations: list[int], held_out_share: f
             "fixed_moves": {str(a): statistics.fmean(v) for a, v in sorted(fixed.items())},
             "seconds": round(seconds[sims], 2),
         }
+        if exact_values is not None:  # the reward's best move below alpha-beta's best: a blunder paid as the best
+            out["by_simulations"][str(sims)]["blunders_by_alpha_beta"] = sum(
+                values[b] < max(values.values()) for values, b in zip(exact_values, best))
     return out
 
 
@@ -60,18 +100,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--case", default="connect_four")
     parser.add_argument("--positions", type=int, default=40)
     parser.add_argument("--simulations", default="300,3000", help="comma list; the largest is the reference")
+    parser.add_argument("--exact", action="store_true", help="also compare with OpenSpiel's alpha-beta search")
+    parser.add_argument("--split", choices=("held-out", "training"), default="held-out")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
     simulations = sorted({int(s) for s in args.simulations.split(",")})
-    result = analyse(args.case, args.positions, simulations)
-    print(f"{result['case']}: {result['positions']} held-out positions, reference = {result['reference_simulations']}"
-          " simulations")
+    result = analyse(args.case, args.positions, simulations, exact=args.exact, split=args.split)
+    print(f"{result['case']}: {result['positions']} {result['split']} positions, reference = "
+          f"{result['reference_simulations']} simulations")
     print("| simulations | its best move, by the reference | best - worst | random mover | best fixed move | s |")
     print("|---|---|---|---|---|---|")
     for sims, row in result["by_simulations"].items():
         action, value = max(row["fixed_moves"].items(), key=lambda kv: kv[1])
         print(f"| {sims} | {row['best_move_value_by_reference']:.3f} | {row['best_minus_worst']:.3f} | "
-              f"{row['random_mover']:.3f} | action {action}: {value:.3f} | {row['seconds']} |")
+              f"{row['random_mover']:.3f} | action {action}: {value:.3f} | {row['seconds']} |"
+              + (f" blunders by alpha-beta: {row['blunders_by_alpha_beta']}" if "blunders_by_alpha_beta" in row
+                 else ""))
     if args.out:
         args.out.write_text(json.dumps(result, indent=1) + "\n")
     return 0

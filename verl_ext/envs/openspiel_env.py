@@ -27,6 +27,7 @@ from .config import ConfigError, from_mapping
 from .episode import MoveCheck, Opponent, UtilityRange
 from .game_settings import GameSettings
 from .openspiel_episode import OpenSpielEpisode
+from .exact_values import exact_move_values, exact_problem
 from .openspiel_rules import legal_move_actions, load_game, normalised_return
 
 
@@ -48,6 +49,7 @@ DEFAULT_CASES: tuple[str, ...] = (
     "hanabi(players=2)",
 )
 REWARD_MODES = ("legal", "outcome", "engine")
+ENGINE_SOLVERS = ("mcts", "exact")
 CONTINUATIONS = ("random", "mcts")
 OBSERVATIONS = ("auto", "observation", "information_state")
 TASK_MODES = ("move", "game", "mixed")
@@ -83,6 +85,7 @@ class OpenSpielConfig:
     mcts_simulations: int = 300
     mcts_rollouts: int = 1
     mcts_uct_c: float = 2.0
+    engine_solver: str = "mcts"
     playout_max_steps: int = 400
     observation: str = "auto"
     board_text: str = "raw"
@@ -112,6 +115,7 @@ class OpenSpielConfig:
             raise ConfigError(f"{where}.game_share: must be in (0, 1) (the share of full-game rows when "
                               f"task_mode=mixed), got {self.game_share!r}")
         for key, allowed in (("reward_mode", REWARD_MODES), ("continuation", CONTINUATIONS),
+                             ("engine_solver", ENGINE_SOLVERS),
                              ("observation", OBSERVATIONS), ("task_mode", TASK_MODES),
                              ("board_text", BOARD_TEXTS)):
             if getattr(self, key) not in allowed:
@@ -217,6 +221,10 @@ class OpenSpielAdapter:
             if game_type.dynamics != pyspiel.GameType.Dynamics.SEQUENTIAL:
                 raise ConfigError(f"{where}.{key}: {case!r} is not a sequential-move game; only turn-based "
                                   "games are supported")
+            if config.reward_mode == "engine" and config.engine_solver == "exact":
+                problem = exact_problem(games[case])
+                if problem:
+                    raise ConfigError(f"{where}.engine_solver: 'exact' cannot value {case!r}: {problem}")
             if needs_mcts and game_type.reward_model != pyspiel.GameType.RewardModel.TERMINAL:
                 raise ConfigError(f"{where}.reward_mode: {config.reward_mode!r} uses OpenSpiel MCTS, which needs "
                                   f"terminal rewards, but case {case!r} has per-step rewards; use reward_mode=legal "
@@ -460,7 +468,8 @@ class OpenSpielAdapter:
     def _values_settings(self) -> str:
         """Everything a position's value table depends on besides the position (the reward side must match)."""
         c = self.config
-        return (f"v{MOVE_VALUES_VERSION}|{c.reward_mode}|sims={c.mcts_simulations}|rollouts={c.mcts_rollouts}|"
+        solver = "" if c.engine_solver == "mcts" else f"solver={c.engine_solver}|"  # mcts: tables as before
+        return (f"v{MOVE_VALUES_VERSION}|{c.reward_mode}|{solver}sims={c.mcts_simulations}|rollouts={c.mcts_rollouts}|"
                 f"uct={c.mcts_uct_c}|steps={c.playout_max_steps}|cont={c.continuation}|"
                 f"playouts={c.outcome_playouts}|seed={c.seed}")
 
@@ -554,7 +563,18 @@ class OpenSpielAdapter:
                             solve=True, random_state=np.random.RandomState(seed))
 
     def _analysis(self, case: str, state_str: str, position: _Position) -> dict[int, float]:
-        """MCTS value in [0, 1] of every legal move for the mover; computed once per position.
+        """The engine's value in [0, 1] of every legal move for the mover, computed once per position:
+        ``engine_solver`` mcts (``_mcts_analysis``) or exact (alpha-beta under best play, ``exact_values.py``)."""
+        if self.config.engine_solver == "exact":
+            game = load_game(case)
+            return self._analyses.get_or_compute(
+                (case, state_str), lambda: {action: self._normalise(game, raw) for action, raw
+                                            in exact_move_values(game, position.state.clone()).items()})
+        return self._analyses.get_or_compute((case, state_str),
+                                             lambda: self._mcts_analysis(case, state_str, position))
+
+    def _mcts_analysis(self, case: str, state_str: str, position: _Position) -> dict[int, float]:
+        """MCTS value in [0, 1] of every legal move for the mover.
 
         One search from the position gives most moves their value: a proven outcome, or the mean return of a
         move the search visited at least ``min_visits`` times. The others get a search of their own from the
@@ -583,7 +603,7 @@ class OpenSpielAdapter:
                 values[action] = self._normalise(game, raw)
             return values
 
-        return self._analyses.get_or_compute((case, state_str), search)
+        return search()
 
     def _state_value(self, game: pyspiel.Game, state: pyspiel.State, player: int, simulations: int,
                      seed: int, expand_chance: bool = True) -> float:
@@ -630,7 +650,12 @@ class OpenSpielAdapter:
             values = self._analysis(case, state_str, position)
         else:
             values = self._outcomes_table(case, state_str, position)
-        best_action = max(position.moves.values(), key=lambda a: (values.get(a, 0.0), -a))
+        tie_break: dict[int, float] = {}
+        if self.config.engine_solver == "exact" and self.config.reward_mode == "engine":
+            # exact values tie every drawing (or winning) move; MCTS picks among them, not the lowest number
+            tie_break = self._mcts_analysis(case, state_str, position)
+        best_action = max(position.moves.values(),
+                          key=lambda a: (values.get(a, 0.0), tie_break.get(a, 0.0), -a))
         return next(move for move, action in position.moves.items() if action == best_action)
 
     def reference_move(self, case: str, state: pyspiel.State, seed: int) -> str:
