@@ -57,3 +57,15 @@ def test_the_tactician_takes_a_win_and_blocks_a_threat():
         state.apply_action(action)
     assert all(tactician_games.tactician_move("tic_tac_toe", state.serialize(), state.legal_actions(),
                                               random.Random(seed)) == 7 for seed in range(5))
+
+
+def test_exact_counts_the_reward_moves_that_lose_against_best_play(tmp_path):
+    out = tmp_path / "exact.json"
+    assert engine_fidelity.main(["--case", "tic_tac_toe", "--positions", "300", "--simulations", "300", "--exact",
+                                 "--split", "training-rows", "--out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert result["split"] == "training-rows" and result["positions"] == 300
+    # the openings that MCTS with random rollouts answers with a losing move recur among the rows
+    assert result["by_simulations"]["300"]["blunders_by_alpha_beta"] > 0
+    with pytest.raises(SystemExit, match="cannot search kuhn_poker to the end: it is not a game of perfect"):
+        engine_fidelity.analyse("kuhn_poker", 2, [20], exact=True)

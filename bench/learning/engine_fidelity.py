@@ -5,9 +5,9 @@ what a random mover and each fixed move score (the fixed-move line) under both.
     python bench/learning/engine_fidelity.py --case connect_four --positions 40 --simulations 300,3000
     python bench/learning/engine_fidelity.py --case tic_tac_toe --positions 500 --exact   # + OpenSpiel's alpha-beta
 
-``--exact`` (small two-player zero-sum games: it searches the whole tree from each position) also counts the
-positions where the move each simulation count calls best is worse than the best move by OpenSpiel's alpha-beta
-search (``open_spiel.python.algorithms.minimax``): a blunder the engine reward pays as the best move.
+``--exact`` (small two-player zero-sum games: it searches the whole tree from each position,
+``verl_ext/envs/exact_values.py``) also counts the positions where the move each simulation count calls best is
+worse than the best move by OpenSpiel's alpha-beta search: a blunder the engine reward pays as the best move.
 
 A GRPO run that ends at the fixed-move line has two suspects: a reward whose values are noise (then the stronger
 search disagrees with the reward's best move) or a policy that does not read the board (the values agree, and the
@@ -22,37 +22,22 @@ import statistics
 import time
 from pathlib import Path
 
-import pyspiel
-from open_spiel.python.algorithms import minimax
-
 from verl_ext.envs import make_env
+from verl_ext.envs.exact_values import exact_move_values, exact_problem
 from verl_ext.envs.openspiel_env import load_game
 from verl_ext.evaluation.single_move import heldout_tasks, training_tasks
 from verl_ext.mixture import EnvMixture
-
-
-def exact_move_values(case: str, state_str: str) -> dict[int, float]:
-    """Every legal move's game-theoretic value for the player to move (OpenSpiel's alpha-beta search)."""
-    game = load_game(case)
-    state = game.deserialize_state(state_str)
-    mover = state.current_player()
-    values = {}
-    for action in state.legal_actions():
-        after = state.clone()
-        after.apply_action(action)
-        if after.is_terminal():
-            values[action] = after.returns()[mover]
-        else:
-            value, _ = minimax.alpha_beta_search(game, state=after, maximizing_player_id=mover)
-            values[action] = value
-    return values
 
 
 def analyse(case: str, positions: int, simulations: list[int], held_out_share: float = 0.2,
             val_tasks_per_case: int = 500, exact: bool = False, split: str = "held-out") -> dict:
     """Per simulation count: the mean value (under the strongest count) of the move it calls best, the mean
     best-minus-worst spread, the random mover's and each fixed move's mean score, and the seconds it took."""
-    if split == "training":  # the first distinct positions of the training rows (as `verl-ext eval --positions`)
+    if split == "training-rows":  # the training rows themselves, repeats kept (as an SFT export of that size)
+        mixture = EnvMixture({"openspiel": {"game_types": [case], "seed": 0, "num_tasks_per_case": positions},
+                              "held_out_share": held_out_share, "val_tasks_per_case": val_tasks_per_case})
+        tasks = [mixture.build(ref) for ref in mixture.plan("train") if ref.env == "openspiel"][:positions]
+    elif split == "training":  # the first distinct positions of the training rows (as `verl-ext eval --positions`)
         mixture = EnvMixture({"openspiel": {"game_types": [case], "seed": 0, "num_tasks_per_case": 10 * positions},
                               "held_out_share": held_out_share, "val_tasks_per_case": positions})
         tasks = training_tasks(mixture, "openspiel")[:positions]
@@ -70,10 +55,15 @@ def analyse(case: str, positions: int, simulations: list[int], held_out_share: f
     strongest = tables[max(simulations)]
     exact_values = None
     if exact:
-        kind = load_game(case).get_type()
-        if kind.utility != pyspiel.GameType.Utility.ZERO_SUM or load_game(case).num_players() != 2:
-            raise SystemExit(f"--exact: {case} is not a two-player zero-sum game")
-        exact_values = [exact_move_values(case, task.state) for task in tasks]
+        game = load_game(case)
+        problem = exact_problem(game)
+        if problem:
+            raise SystemExit(f"--exact: cannot search {case} to the end: {problem}")
+        solved: dict[str, dict[int, float]] = {}  # training rows repeat positions: each is searched once
+        for task in tasks:
+            if task.state not in solved:
+                solved[task.state] = exact_move_values(game, game.deserialize_state(task.state))
+        exact_values = [solved[task.state] for task in tasks]
     out = {"case": case, "split": split, "positions": len(tasks), "reference_simulations": max(simulations), "by_simulations": {}}
     for sims, table in tables.items():
         best = [max(scores, key=lambda a, s=scores: (s[a], -a)) for scores in table]  # the reward's tie-break
@@ -101,7 +91,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--positions", type=int, default=40)
     parser.add_argument("--simulations", default="300,3000", help="comma list; the largest is the reference")
     parser.add_argument("--exact", action="store_true", help="also compare with OpenSpiel's alpha-beta search")
-    parser.add_argument("--split", choices=("held-out", "training"), default="held-out")
+    parser.add_argument("--split", choices=("held-out", "training", "training-rows"), default="held-out",
+                        help="held-out positions, distinct training positions, or the training rows with repeats")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
     simulations = sorted({int(s) for s in args.simulations.split(",")})
