@@ -13,14 +13,11 @@ from verl_ext.envs import ConfigError, make_env
 from verl_ext.envs.openspiel_env import load_game
 from verl_ext.reward import compute_score
 
+from test_tactics import tic_tac_toe_after as after
+
 EXACT = {"game_types": ["tic_tac_toe"], "reward_mode": "engine", "engine_solver": "exact", "mcts_simulations": 50}
 
 
-def after(*actions: int) -> str:
-    state = load_game("tic_tac_toe").new_initial_state()
-    for action in actions:
-        state.apply_action(action)
-    return state.serialize()
 
 
 def test_after_a_corner_only_the_centre_draws_and_it_is_the_reference_move():
