@@ -139,9 +139,14 @@ def test_the_plot_draws_the_tactics_per_case(tmp_path):
     metrics = tmp_path / "run.metrics.jsonl"
     metrics.write_text("".join(json.dumps({"step": step, "data": {
         "critic/score/mean": 0.5, "tactics/win_taken/tic_tac_toe": 0.2 * step, "tactics/blocked/tic_tac_toe": 0.1}})
-        + "\n" for step in (1, 2, 3)))
+        + "\n" for step in (1, 2, 3)) + json.dumps({"step": 3, "data": {  # verl's validation: means over all samples
+            "val-aux/openspiel/tic_tac_toe/win_chance/mean@1": 0.4, "val-aux/openspiel/tic_tac_toe/win_taken/mean@1": 0.1,
+            "val-aux/openspiel/tic_tac_toe/block_chance/mean@1": 0.0, "val-aux/openspiel/tic_tac_toe/blocked/mean@1": 0.0}})
+        + "\n")
     assert plot_main([str(metrics), "--out", str(tmp_path / "plots"), "--kind", "grpo"]) == 0
     panels = json.loads(next((tmp_path / "plots").glob("*.json")).read_text())["panels"]
     lines = panels["one-ply tactics: wins taken, threats blocked"]["lines"]
     assert lines["win taken: tic_tac_toe"] == [[1, 0.2], [2, 0.4], [3, pytest.approx(0.6)]]
     assert lines["blocked: tic_tac_toe"] == [[1, 0.1], [2, 0.1], [3, 0.1]]
+    markers = panels["one-ply tactics: wins taken, threats blocked"]["markers"]
+    assert markers == {"win taken, held-out openspiel/tic_tac_toe (greedy)": [[3, pytest.approx(0.25)]]}  # 0.1 / 0.4

@@ -120,10 +120,17 @@ def signal_panels(metrics: Steps) -> list[Panel]:
     for key in sorted({key for values in metrics.values() for key in values if key.startswith(prefix)}):
         per_case.add(key[len(prefix):], _series(metrics, key))
     tactics = Panel("one-ply tactics: wins taken, threats blocked", ylim=(-0.02, 1.02))
-    for name in ("win_taken", "blocked"):
+    for name, chance in (("win_taken", "win_chance"), ("blocked", "block_chance")):
         keys = sorted({key for values in metrics.values() for key in values if key.startswith(f"tactics/{name}/")})
         for key in keys:
             tactics.add(f"{name.replace('_', ' ')}: {key.split('/')[-1]}", _series(metrics, key))
+        # verl's validation averages the 0/1 extras over all samples: the share is their ratio
+        chances = _validation(metrics, chance)
+        for source, points in _validation(metrics, name).items():
+            per_step = dict(chances.get(source, []))
+            shares = [(step, value / per_step[step]) for step, value in points if per_step.get(step, 0.0) > 0.0]
+            if shares:
+                tactics.add(f"{name.replace('_', ' ')}, held-out {source} (greedy)", shares, marker=True)
     return [signal, collapse, per_case, tactics]
 
 
