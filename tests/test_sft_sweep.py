@@ -207,8 +207,9 @@ def _driver_dry_run(tmp_path: Path, base: Path, spec: Path | None) -> dict[str, 
 
 def test_the_100_step_run_starts_from_the_sweeps_best_cold_start(tmp_path):
     """smollm2-lr3e4-base.env makes the sweep's lr 3e-4 cold start (engine moves, 5,000 positions a game, 3
-    epochs); smollm2-lr3e4-grpo100.env trains 100 steps of 64 x 8 from it with the KL anchor, validates every 25
-    steps, and evaluates the cold start and the GRPO model on held-out positions and whole games against random."""
+    epochs); smollm2-lr3e4-grpo100.env trains 100 steps of 64 x 8 from it with the KL anchor, validates every 20
+    steps (issue 45 compares step 100 with step 20), and evaluates the cold start and the GRPO model on held-out
+    positions."""
     base = RUNS / "smollm2-lr3e4-base.env"
     stages = _driver_dry_run(tmp_path, base, None)
     assert list(stages) == ["model", "export", "sft", "hf"]
@@ -222,10 +223,9 @@ def test_the_100_step_run_starts_from_the_sweeps_best_cold_start(tmp_path):
     cfg = compose("ppo_trainer", overrides_of(stages["grpo"][0]))
     assert check_ppo(cfg, check_imports=False) == []
     assert cfg.data.train_batch_size == 64 and cfg.actor_rollout_ref.rollout.n == 8
-    assert cfg.trainer.total_training_steps == 100 and cfg.trainer.test_freq == 25
+    assert cfg.trainer.total_training_steps == 100 and cfg.trainer.test_freq == 20
     assert cfg.actor_rollout_ref.actor.use_kl_loss and cfg.actor_rollout_ref.actor.kl_loss_coef == 0.1
     evaluation = stages["eval"][0]
     models = evaluation[evaluation.index("--models") + 1:evaluation.index("--suites")]
     assert [m.split("=")[0] for m in models] == ["sft", "grpo", "random"]
-    assert evaluation[evaluation.index("--suites") + 1] == "single,arena"
-    assert evaluation[evaluation.index("--opponents") + 1] == "random"
+    assert evaluation[evaluation.index("--suites") + 1] == "single"
