@@ -22,7 +22,8 @@ def test_the_reference_agrees_with_itself_and_the_numbers_are_scores(tmp_path, c
     assert reference["best_move_value_by_reference"] == pytest.approx(1.0)  # its own best move is its best
     for row in result["by_simulations"].values():
         assert 0.0 <= row["best_move_value_by_reference"] <= 1.0 and 0.0 < row["best_minus_worst"] <= 1.0
-        assert len(row["fixed_moves"]) == 9  # every cell of the board, an occupied one played at random
+        assert len(row["fixed_moves"]) == 9  # every cell of the board (x and o: one move), an occupied one at random
+        assert all("/" in move for move in row["fixed_moves"])
         # the fixed moves average out to the random mover (an illegal one counts the random mover's score there)
         assert sum(row["fixed_moves"].values()) / 9 == pytest.approx(row["random_mover"])
     assert "| 20 |" in capsys.readouterr().out

@@ -21,11 +21,12 @@ import json
 import statistics
 import time
 from pathlib import Path
+from typing import Any
 
 from verl_ext.envs import make_env
 from verl_ext.envs.exact_values import exact_move_values, exact_problem
 from verl_ext.envs.openspiel_env import load_game
-from verl_ext.evaluation.single_move import heldout_tasks, training_tasks
+from verl_ext.evaluation.single_move import fixed_move_baselines, heldout_tasks, training_tasks
 from verl_ext.mixture import EnvMixture
 
 
@@ -46,11 +47,13 @@ def analyse(case: str, positions: int, simulations: list[int], held_out_share: f
                               "val_tasks_per_case": val_tasks_per_case})
         tasks = heldout_tasks(mixture, "openspiel")[:positions]
     tables: dict[int, list[dict[int, float]]] = {}
+    adapters: dict[int, Any] = {}
     seconds: dict[int, float] = {}
     for sims in simulations:
-        adapter = make_env("openspiel", {"game_types": [case], "reward_mode": "engine", "mcts_simulations": sims})
+        adapters[sims] = make_env("openspiel", {"game_types": [case], "reward_mode": "engine",
+                                                "mcts_simulations": sims})
         start = time.perf_counter()
-        tables[sims] = [adapter.task_scores(case, task.state) for task in tasks]
+        tables[sims] = [adapters[sims].task_scores(case, task.state) for task in tasks]
         seconds[sims] = time.perf_counter() - start
     strongest = tables[max(simulations)]
     exact_values = None
@@ -67,16 +70,12 @@ def analyse(case: str, positions: int, simulations: list[int], held_out_share: f
     out = {"case": case, "split": split, "positions": len(tasks), "reference_simulations": max(simulations), "by_simulations": {}}
     for sims, table in tables.items():
         best = [max(scores, key=lambda a, s=scores: (s[a], -a)) for scores in table]  # the reward's tie-break
-        fixed: dict[int, list[float]] = {}
-        for scores in table:
-            random_mover = statistics.fmean(scores.values())
-            for action in range(max(max(s) for s in table) + 1):  # an illegal fixed move plays at random there
-                fixed.setdefault(action, []).append(scores.get(action, random_mover))
+        line = fixed_move_baselines(adapters[sims], tasks, {})[case]  # the eval's fixed-move line, same positions
         out["by_simulations"][str(sims)] = {
             "best_move_value_by_reference": statistics.fmean(strongest[i][b] for i, b in enumerate(best)),
             "best_minus_worst": statistics.fmean(max(s.values()) - min(s.values()) for s in table),
-            "random_mover": statistics.fmean(statistics.fmean(s.values()) for s in table),
-            "fixed_moves": {str(a): statistics.fmean(v) for a, v in sorted(fixed.items())},
+            "random_mover": line["random_mover"],
+            "fixed_moves": {move: entry["score"] for move, entry in line["fixed_moves"].items()},
             "seconds": round(seconds[sims], 2),
         }
         if exact_values is not None:  # the reward's best move below alpha-beta's best: a blunder paid as the best
@@ -102,9 +101,9 @@ def main(argv: list[str] | None = None) -> int:
     print("| simulations | its best move, by the reference | best - worst | random mover | best fixed move | s |")
     print("|---|---|---|---|---|---|")
     for sims, row in result["by_simulations"].items():
-        action, value = max(row["fixed_moves"].items(), key=lambda kv: kv[1])
+        move, value = max(row["fixed_moves"].items(), key=lambda kv: kv[1])
         print(f"| {sims} | {row['best_move_value_by_reference']:.3f} | {row['best_minus_worst']:.3f} | "
-              f"{row['random_mover']:.3f} | action {action}: {value:.3f} | {row['seconds']} |"
+              f"{row['random_mover']:.3f} | {move}: {value:.3f} | {row['seconds']} |"
               + (f" blunders by alpha-beta: {row['blunders_by_alpha_beta']}" if "blunders_by_alpha_beta" in row
                  else ""))
     if args.out:

@@ -25,9 +25,9 @@ from .cfr_policy import DEFAULT_ITERATIONS as DEFAULT_CFR_ITERATIONS
 from .cfr_policy import DEFAULT_SOLVER, MAX_ITERATIONS, cfr_policy, cfr_problem
 from .config import ConfigError, from_mapping
 from .episode import MoveCheck, Opponent, UtilityRange
+from .exact_values import exact_move_values, exact_problem
 from .game_settings import GameSettings
 from .openspiel_episode import OpenSpielEpisode
-from .exact_values import exact_move_values, exact_problem
 from .openspiel_rules import legal_move_actions, load_game, normalised_return
 
 
@@ -186,6 +186,8 @@ class OpenSpielAdapter:
         self._positions: OnceLRU[_Position] = OnceLRU(config.cache_size)
         self._analyses: OnceLRU[dict[int, float]] = OnceLRU(config.cache_size)
         self._outcomes: OnceLRU[dict[int, float]] = OnceLRU(config.cache_size)
+        # engine_solver=exact: MCTS values only to choose the reference among equally valued moves
+        self._tie_breaks: OnceLRU[dict[int, float]] = OnceLRU(config.cache_size)
 
     # ----------------------------------------------------------------- configuration
     @staticmethod
@@ -653,7 +655,8 @@ class OpenSpielAdapter:
         tie_break: dict[int, float] = {}
         if self.config.engine_solver == "exact" and self.config.reward_mode == "engine":
             # exact values tie every drawing (or winning) move; MCTS picks among them, not the lowest number
-            tie_break = self._mcts_analysis(case, state_str, position)
+            tie_break = self._tie_breaks.get_or_compute(
+                (case, state_str), lambda: self._mcts_analysis(case, state_str, position))
         best_action = max(position.moves.values(),
                           key=lambda a: (values.get(a, 0.0), tie_break.get(a, 0.0), -a))
         return next(move for move, action in position.moves.items() if action == best_action)

@@ -17,12 +17,12 @@ from tqdm import tqdm
 
 from ..envs import EnvAdapter, Task, make_env
 from ..envs.openspiel_env import load_game
+from ..envs.tactics import OnePly, has_tactics, one_ply, tactics_line
 from ..held_out import content_key
 from ..mixture import EnvMixture
 from ..seeding import stable_seed
 from .policies import MoveRequest, Policy, clip, respond_all
 from .stats import mean_interval, mean_or_none, proportion
-from ..envs.tactics import OnePly, has_tactics, one_ply, tactics_line
 
 SAMPLES_PER_CASE = 2
 SAMPLE_CHARS = 400
