@@ -29,7 +29,7 @@ def read_replies(path: Path) -> tuple[list[dict[str, Any]], int]:
     """The log's lines that kept a reply, in file order, and how many lines were not JSON objects."""
     replies: list[dict[str, Any]] = []
     bad = 0
-    for line in _lines(path):
+    for line in log_lines(path):
         if '"reply"' not in line:
             continue
         try:
@@ -44,7 +44,8 @@ def read_replies(path: Path) -> tuple[list[dict[str, Any]], int]:
     return replies, bad
 
 
-def _lines(path: Path) -> Iterator[str]:
+def log_lines(path: Path) -> Iterator[str]:
+    """The lines of a sample log, plain or gzipped; bytes that are not UTF-8 are replaced."""
     opened = gzip.open(path, "rt", encoding="utf-8", errors="replace") if path.suffix == ".gz" \
         else path.open(encoding="utf-8", errors="replace")
     with opened as text:

@@ -1,0 +1,116 @@
+"""verl's held-out validation passes of a GRPO run, per case, from its sample log (no GPU, no model).
+
+verl validates greedily on the held-out prompts before training and every ``trainer.test_freq`` steps; the
+metrics file keeps only each case's mean reward (format shaping included). The sample log keeps every validation
+reply with its pass number (``block``), so this reads per pass and case: the engine score (``task_score``, illegal
+= 0: the number ``verl-ext eval`` reports) with its normal 95 % interval, the legal rate, the favourite reply's
+share, and the one-ply tactics (where a win is on the board, the share of replies that take it; where the
+opponent threatens one, the share that block it) with Wilson intervals.
+
+    python bench/learning/val_passes.py runs/x/logs/grpo-*.samples.jsonl --test-freq 20 \\
+        --out docs/runs/X/val_passes
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any
+
+from verl_ext.evaluation.stats import mean_interval, proportion
+from verl_ext.sample_view import log_lines
+
+
+def read_val_rows(path: Path) -> tuple[list[dict[str, Any]], dict[tuple[Any, Any], str]]:
+    """Validation rows (``split == "val"``) of a sample log in file order, and the reply text of every
+    (case, answer id) that a kept reply (training ones too) shows: the id names the canonical answer (the action),
+    so "x3" and "o3" share one. Lines that are not JSON are skipped."""
+    rows, texts = [], {}
+    for line in log_lines(path):
+        if '"val"' not in line and '"reply"' not in line:
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(row, dict):
+            continue
+        if "reply" in row:
+            texts.setdefault((row.get("case"), row.get("answer_id")), str(row["reply"]))
+        if row.get("split") == "val":
+            rows.append(row)
+    return rows, texts
+
+
+def summarise(rows: list[dict[str, Any]], test_freq: int, texts: dict[tuple[Any, Any], str]) -> list[dict[str, Any]]:
+    """One record per (validation pass, case): step, n, engine score, legal rate, favourite, tactics."""
+    groups: dict[tuple[int, str], list[dict[str, Any]]] = defaultdict(list)
+    for row in rows:
+        groups[(int(row.get("block") or 0), str(row.get("case")))].append(row)
+    records = []
+    for (block, case), group in sorted(groups.items()):
+        # the log keeps the text of a few replies only; every row has its answer's id
+        replies = Counter(r.get("answer_id") for r in group if r.get("valid"))
+        favourite_id, count = replies.most_common(1)[0] if replies else (None, 0)
+        favourite = texts.get((case, favourite_id), f"answer id {favourite_id}")
+        wins = [r for r in group if r.get("win_chance")]
+        blocks = [r for r in group if r.get("block_chance")]
+        records.append({
+            "pass": block, "step": (block - 1) * test_freq if block else None, "case": case, "n": len(group),
+            "engine": mean_interval([float(r.get("task_score") or 0.0) for r in group]),
+            "legal": proportion(sum(1 for r in group if r.get("valid")), len(group)),
+            "favourite": favourite, "favourite_share": count / max(1, sum(replies.values())),
+            "took_win": proportion(sum(1 for r in wins if r.get("win_taken")), len(wins)),
+            "blocked": proportion(sum(1 for r in blocks if r.get("blocked")), len(blocks)),
+        })
+    return records
+
+
+def _rate(p: dict[str, Any]) -> str:
+    if p["rate"] is None:
+        return "-"
+    return f"{100 * p['rate']:.1f} [{100 * p['ci_low']:.1f}, {100 * p['ci_high']:.1f}] ({p['n']})"
+
+
+def _mean(m: dict[str, Any]) -> str:
+    if m["ci_low"] is None:  # one row: no interval
+        return f"{m['mean']:.3f}"
+    return f"{m['mean']:.3f} [{m['ci_low']:.3f}, {m['ci_high']:.3f}]"
+
+
+def to_markdown(records: list[dict[str, Any]]) -> str:
+    """A table with one row per (pass, case)."""
+    lines = ["| step | case | n | engine score [95 %] | legal % | favourite answer (share of legal replies) | "
+             "took the win % [95 %] (chances) | blocked % [95 %] (threats) |", "|---" * 8 + "|"]
+    for r in records:
+        lines.append(f"| {r['step']} | {r['case']} | {r['n']} | {_mean(r['engine'])} | "
+                     f"{100 * r['legal']['rate']:.1f} | `{r['favourite']}` "
+                     f"({100 * r['favourite_share']:.0f} %) | {_rate(r['took_win'])} | {_rate(r['blocked'])} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("log", type=Path, help="the run's <run>.samples.jsonl (or .jsonl.gz)")
+    parser.add_argument("--test-freq", type=int, required=True, help="the run's trainer.test_freq (pass k = step (k-1) x this)")
+    parser.add_argument("--out", type=Path, help="write OUT.json and OUT.md as well as printing the table")
+    args = parser.parse_args(argv)
+    if args.test_freq < 1:
+        parser.error(f"--test-freq must be >= 1, got {args.test_freq}")
+    rows, texts = read_val_rows(args.log)
+    records = summarise(rows, args.test_freq, texts)
+    if not records:
+        parser.error(f"{args.log}: no validation rows (split 'val')")
+    table = to_markdown(records)
+    print(table, end="")
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.with_suffix(".json").write_text(json.dumps(records, indent=1) + "\n")
+        args.out.with_suffix(".md").write_text(table)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,72 @@
+"""bench/learning/val_passes.py: verl's validation passes per case, read from a run's sample log."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pytest
+
+from bench_scripts import load_bench_script
+
+val_passes = load_bench_script("val_passes")
+
+
+def _val(block: int, case: str, task_score: float, answer: float, **extra: float) -> dict:
+    return {"split": "val", "env": "openspiel", "case": case, "block": block, "score": 0.1 + 0.9 * task_score,
+            "task_score": task_score, "valid": 1.0 if answer else 0.0, "answer_id": answer, **extra}
+
+
+def _write(path, rows, broken_line: bool = False) -> None:
+    with gzip.open(path, "wt") as out:
+        for row in rows:
+            out.write(json.dumps(row) + "\n")
+        if broken_line:
+            out.write('{"split": "val", "case": "tic_tac_toe", "blo')  # a run killed mid-write
+
+
+def test_passes_give_engine_score_favourite_and_tactics_per_case(tmp_path, capsys):
+    rows = [
+        # pass 1 (step 0): the favourite (id 7) shows its text only in a training reply further down
+        _val(1, "tic_tac_toe", 1.0, 7.0, win_chance=1.0, win_taken=1.0),
+        _val(1, "tic_tac_toe", 0.5, 7.0, win_chance=1.0, win_taken=0.0),
+        _val(1, "tic_tac_toe", 0.0, 0.0, block_chance=1.0, blocked=0.0),  # malformed: illegal, no answer
+        _val(1, "connect_four", 0.8, 3.0),
+        # pass 2 (step 20)
+        _val(2, "tic_tac_toe", 1.0, 9.0, win_chance=1.0, win_taken=1.0),
+        _val(2, "tic_tac_toe", 1.0, 9.0, block_chance=1.0, blocked=1.0),
+        {"split": "train", "step": 3, "case": "tic_tac_toe", "answer_id": 7.0, "reply": "<answer>x(1,1)</answer>"},
+        {"split": "train", "step": 3, "case": "connect_four", "answer_id": 7.0, "reply": "<answer>x6</answer>"},
+    ]
+    log = tmp_path / "run.samples.jsonl.gz"
+    _write(log, rows, broken_line=True)
+    out = tmp_path / "passes"
+    assert val_passes.main([str(log), "--test-freq", "20", "--out", str(out)]) == 0
+
+    records = json.loads(out.with_suffix(".json").read_text())
+    by_key = {(r["step"], r["case"]): r for r in records}
+    assert sorted(by_key) == [(0, "connect_four"), (0, "tic_tac_toe"), (20, "tic_tac_toe")]
+    first = by_key[(0, "tic_tac_toe")]
+    assert first["n"] == 3 and first["engine"]["mean"] == pytest.approx(0.5)
+    assert first["legal"]["k"] == 2
+    # the id names the answer per case: connect_four's id 7 is another move
+    assert first["favourite"] == "<answer>x(1,1)</answer>" and first["favourite_share"] == pytest.approx(1.0)
+    assert (first["took_win"]["k"], first["took_win"]["n"]) == (1, 2)
+    assert (first["blocked"]["k"], first["blocked"]["n"]) == (0, 1)
+    second = by_key[(20, "tic_tac_toe")]
+    assert second["favourite"] == "answer id 9.0"  # no kept reply shows its text
+    assert second["took_win"]["rate"] == 1.0 and second["blocked"]["rate"] == 1.0
+    assert by_key[(0, "connect_four")]["took_win"]["rate"] is None  # no chance to win: no rate
+    table = capsys.readouterr().out
+    assert table == out.with_suffix(".md").read_text()
+    assert "| 20 | tic_tac_toe | 2 | 1.000" in table and "| - |" in table
+
+
+def test_a_log_without_validation_rows_is_refused(tmp_path, capsys):
+    log = tmp_path / "train_only.samples.jsonl.gz"
+    _write(log, [{"split": "train", "step": 1, "case": "tic_tac_toe", "answer_id": 1.0, "reply": "x"}])
+    with pytest.raises(SystemExit):
+        val_passes.main([str(log), "--test-freq", "10"])
+    assert "no validation rows" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        val_passes.main([str(log), "--test-freq", "0"])
