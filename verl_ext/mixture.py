@@ -9,6 +9,8 @@ Settings live under ``data.env`` (set with ``+data.env.<env>.<key>=...`` Hydra o
     data.env.size:      2000                            # optional train rows (default: sum of pools)
     data.env.val_tasks_per_case: 16                     # held-out tasks per case
     data.env.held_out_share: 0.1                        # share of task contents never trained on (held_out.py)
+    data.env.train_part: rl                             # train on one part of the training contents (all | cold_start | rl)
+    data.env.cold_start_share: 0.5                      # the cold start's part of the training contents
     data.env.system_prompt: "You play board games."     # optional system message, every env (envs/system_prompt.py)
 """
 
@@ -26,12 +28,14 @@ from .envs.config import ConfigError, to_plain
 from .envs.system_prompt import KEY as SYSTEM_PROMPT_KEY
 from .envs.system_prompt import check_system_prompt, system_prompt_of, with_system_prompt
 from .games import GAME_AGENT_NAME, SINGLE_TURN_AGENT_NAME
-from .held_out import DEFAULT_HELD_OUT_SHARE, check_share, training_seeds, validation_indices
+from .held_out import (DEFAULT_COLD_START_SHARE, DEFAULT_HELD_OUT_SHARE, check_cold_start_share, check_share,
+                       check_train_part, training_seeds, validation_indices)
 
 SPLITS = ("train", "val")
 # Validation tasks use indices from here on, so their seeds never meet a training task's.
 VAL_INDEX_OFFSET = 1_000_000
-MIXTURE_KEYS = ("weights", "size", "val_tasks_per_case", "held_out_share", SYSTEM_PROMPT_KEY)
+MIXTURE_KEYS = ("weights", "size", "val_tasks_per_case", "held_out_share", "train_part", "cold_start_share",
+                SYSTEM_PROMPT_KEY)
 
 
 @dataclass(frozen=True)
@@ -97,6 +101,9 @@ class EnvMixture:
                                                      f"{where}.val_tasks_per_case")
         self.held_out_share = check_share(section.get("held_out_share", DEFAULT_HELD_OUT_SHARE),
                                           f"{where}.held_out_share")
+        self.train_part = check_train_part(section.get("train_part", "all"), f"{where}.train_part")
+        self.cold_start_share = check_cold_start_share(section.get("cold_start_share", DEFAULT_COLD_START_SHARE),
+                                                       f"{where}.cold_start_share")
         self._where = where
         self._plans: dict[str, list[TaskRef]] = {}
 
@@ -174,7 +181,8 @@ class EnvMixture:
         for (env, case), pool, count in zip(cases, pools, counts):
             adapter = self.adapters[env]
             seeds = training_seeds(case, min(pool, count), self.seed(env, 0), self.held_out_share,
-                                   lambda index, seed, a=adapter, c=case: a.make_task(c, index, seed))
+                                   lambda index, seed, a=adapter, c=case: a.make_task(c, index, seed),
+                                   self.train_part, self.cold_start_share)
             # More rows than the pool holds repeat tasks (up-weighting), never invent new ones.
             refs += [TaskRef(env, case, j % len(seeds), seeds[j % len(seeds)]) for j in range(count)]
         return refs
