@@ -333,6 +333,13 @@ def test_split_contents_keep_grpo_off_the_positions_sft_fitted(tmp_path):
     assert "train_part=cold_start" in training_eval
     assert not any("train_part" in a for a in stages["eval"][0])  # held-out eval: no part
 
+    control = stage_commands(recipe("--dry-run", "signal", "grpo", COLD_START_CONTENTS="split",
+                                    GRPO_TRAIN_PART="cold_start", **env).stdout)
+    assert "train_part=cold_start" in control["signal"][0]
+    assert compose("ppo_trainer", after_module(control["grpo"][0],
+                                               "verl_ext.launch.ppo_main")).data.env.train_part == "cold_start"
+    bad = recipe("--dry-run", GRPO_TRAIN_PART="all", check=False, **{**env, "COLD_START_CONTENTS": "split"})
+    assert bad.returncode == 2 and "GRPO_TRAIN_PART must be one of: rl cold_start; got 'all'" in bad.stderr
     bad = recipe("--dry-run", COLD_START_CONTENTS="disjoint", check=False, **env)
     assert bad.returncode == 2 and "COLD_START_CONTENTS must be one of: shared split; got 'disjoint'" in bad.stderr
     none = recipe("--dry-run", COLD_START_CONTENTS="split", check=False, **{**env, "COLD_START": "none"})

