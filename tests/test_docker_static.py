@@ -282,6 +282,7 @@ ALLOWED = {
     "PARALLEL": "bench/learning/gpu_shared_cold_start.sh: runs at once, their GRPO stages on one GPU or every stage on a GPU each (a bench setting)",
     "PARALLEL_STAGGER_S": "bench/learning/gpu_shared_cold_start.sh: seconds between the parallel runs' starts (a bench setting)",
     "RECIPE": "bench/learning/gpu_shared_cold_start.sh: the recipe script its stages run (a test swaps in a stand-in)",
+    "GPU_OFFSET": "bench/learning/gpu_shared_cold_start.sh: the first GPU a driver uses, two drivers on one machine (a bench setting)",
     "BASE_STAGES": "bench/learning/gpu_shared_cold_start.sh: recipe stages of the shared cold start (set in a run file)",
     "RUN_STAGES": "bench/learning/gpu_shared_cold_start.sh: recipe stages of one run (set in a run file)",
     "FINAL_STAGES": "bench/learning/gpu_shared_cold_start.sh: a run's stages after every run's eval (set in a run file)",

