@@ -1,0 +1,87 @@
+"""Issue 45's whole-game run files for the board games (bench/learning/runs/smollm2-boardgames-*.env) before a lent
+GPU sees them: sourced as bench/learning/gpu_shared_cold_start.sh sources them, the cold start teaches engine
+moves half in whole games with room for the longest game row measured, the GRPO commands pass verl's config and the
+pre-flight checks, the two runs differ only in their opponents, and the eval's flags parse into the targets'
+match-ups."""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from verl_ext.evaluation.arena import parse_opponents
+from verl_ext.evaluation.cli import parse_args, resolve_suites, single_move_section
+from verl_ext.launch.preflight import check_ppo, compose
+from verl_ext.mixture import EnvMixture
+
+from test_card_runs import recipe_environ
+from test_recipe import stage_commands
+from test_train_scripts import overrides_of
+
+REPO = Path(__file__).resolve().parents[1]
+RUNS = REPO / "bench" / "learning" / "runs"
+BASE = RUNS / "smollm2-boardgames-base.env"
+
+
+def dry_run(tmp_path: Path, run: str | None, run_dir: str | None = None) -> dict[str, list[list[str]]]:
+    """The recipe's --dry-run of the base stages (run None) or of one run's stages, sourced as the driver does."""
+    if run is None:
+        script = (f'set -a; source {shlex.quote(str(BASE))}; set +a; RUN_DIR={shlex.quote(str(tmp_path / "base"))} '
+                  'bash train/recipes/recipe.sh --dry-run model export sft hf')
+    else:
+        spec = RUNS / f"smollm2-boardgames-{run}.env"
+        script = (f"set -a; source {shlex.quote(str(BASE))}; source {shlex.quote(str(spec))}; set +a; "
+                  'read -r -a stages <<< "$RUN_STAGES"; '
+                  f'RUN_DIR={shlex.quote(str(tmp_path / (run_dir or run)))} bash train/recipes/recipe.sh --dry-run "${{stages[@]}}" '
+                  '${GRPO_ARGS[@]+"${GRPO_ARGS[@]}"}')
+    done = subprocess.run(["bash", "-c", f"set -euo pipefail; {script}"], capture_output=True, text=True,
+                          env=recipe_environ("smollm2"), cwd=REPO, check=False)
+    assert done.returncode == 0, done.stderr
+    return stage_commands(done.stdout)
+
+
+def test_the_base_teaches_engine_moves_half_in_whole_games(tmp_path):
+    stages = dry_run(tmp_path, None)
+    export = stages["export"][0]
+    assert export[export.index("--answers") + 1] == "reference"
+    assert "openspiel.task_mode=mixed" in export and "openspiel.game_share=0.5" in export
+    assert "openspiel.num_tasks_per_case=3000" in export
+    sft = compose("sft_trainer_engine", overrides_of(stages["sft"][0]))
+    assert float(sft.optim.lr) == 3e-4 and sft.trainer.total_epochs == 2
+    assert sft.data.max_length >= 2904  # the longest connect_four game row measured (SmolLM2 tokens)
+
+
+@pytest.mark.parametrize("run", ["mix", "random"])
+def test_each_run_composes_and_its_eval_measures_the_targets(tmp_path, run):
+    stages = dry_run(tmp_path, run)
+    assert list(stages) == ["grpo", "merge", "eval", "plot"]
+    cfg = compose("ppo_trainer", overrides_of(stages["grpo"][0]))
+    assert check_ppo(cfg, check_imports=False) == []
+    env = OmegaConf.to_container(cfg.data.env, resolve=True)
+    spiel = env["openspiel"]
+    assert spiel["task_mode"] == "game" and sorted(spiel["game_types"]) == ["connect_four", "tic_tac_toe"]
+    assert spiel["game"]["opponent"] == {"mix": "random:0.5,mcts:50:0.5", "random": "random"}[run]
+    EnvMixture(env, where="data.env")  # the opponents and cases as the workers build them
+    assert cfg.data.train_batch_size == 32 and cfg.actor_rollout_ref.rollout.n == 8
+    assert cfg.trainer.total_training_steps == 30 and cfg.trainer.test_freq == 10
+    actor = cfg.actor_rollout_ref.actor
+    assert actor.use_kl_loss and actor.kl_loss_coef == 0.1 and actor.clip_ratio_high == 0.28
+
+    argv = stages["eval"][0]
+    args, eval_env = parse_args(argv[argv.index("eval") + 1:])
+    assert resolve_suites(args.suites, EnvMixture(single_move_section(eval_env), where="env")) == ["single", "arena"]
+    assert [m.split("=")[0] for m in args.models] == ["sft", "grpo", "random"]
+    assert [o.label for o in parse_opponents(args.opponents)] == ["random", "mcts:50"]
+    assert args.games_per_case == 200 and args.game_context == "game" and args.illegal_retries == 1
+
+
+def test_the_two_runs_differ_only_in_their_opponents(tmp_path):
+    configs = {run: OmegaConf.to_container(compose("ppo_trainer", overrides_of(
+        dry_run(tmp_path, run, run_dir="same")["grpo"][0]))) for run in ("mix", "random")}
+    for config in configs.values():
+        config["data"]["env"]["openspiel"]["game"].pop("opponent")
+    assert configs["mix"] == configs["random"]
