@@ -43,7 +43,9 @@ def test_passes_give_engine_score_favourite_and_tactics_per_case(tmp_path, capsy
     out = tmp_path / "passes"
     assert val_passes.main([str(log), "--test-freq", "20", "--out", str(out)]) == 0
 
-    records = json.loads(out.with_suffix(".json").read_text())
+    result = json.loads(out.with_suffix(".json").read_text())
+    assert result["paired_changes"] == []  # no seeds in these rows: nothing to pair
+    records = result["passes"]
     by_key = {(r["step"], r["case"]): r for r in records}
     assert sorted(by_key) == [(0, "connect_four"), (0, "tic_tac_toe"), (20, "tic_tac_toe")]
     first = by_key[(0, "tic_tac_toe")]
@@ -70,3 +72,36 @@ def test_a_log_without_validation_rows_is_refused(tmp_path, capsys):
     assert "no validation rows" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         val_passes.main([str(log), "--test-freq", "0"])
+
+
+def test_later_passes_are_paired_with_the_first_on_the_same_positions(tmp_path, capsys):
+    # three positions (seeds 11, 12, 13) in each pass, logged in a different order each time
+    first = [_val(1, "connect_four", score, 3.0, seed=seed) for seed, score in ((11, 0.5), (12, 1.0), (13, 0.2))]
+    later = [_val(2, "connect_four", score, 3.0, seed=seed) for seed, score in ((13, 0.6), (11, 0.5), (12, 0.9))]
+    log = tmp_path / "run.samples.jsonl.gz"
+    _write(log, first + later)
+    out = tmp_path / "passes"
+    assert val_passes.main([str(log), "--test-freq", "10", "--out", str(out)]) == 0
+    (change,) = json.loads(out.with_suffix(".json").read_text())["paired_changes"]
+    assert (change["case"], change["from_step"], change["step"], change["positions"]) == ("connect_four", 0, 10, 3)
+    assert change["change"]["mean"] == pytest.approx((0.4 + 0.0 - 0.1) / 3)
+    assert (change["better"], change["worse"]) == (1, 1)
+    assert "paired by task seed" in capsys.readouterr().out
+
+
+def test_the_sample_log_records_which_task_each_reply_answered(tmp_path, monkeypatch):
+    """The reward's sample log carries the row's seed and index (what pairing needs), from extra_info."""
+    from verl_ext.mixture import EnvMixture
+    from verl_ext.reward import compute_score
+
+    log = tmp_path / "run.samples.jsonl"
+    monkeypatch.setenv("VERL_EXT_SAMPLE_LOG", str(log))
+    mixture = EnvMixture({"openspiel": {"game_types": ["tic_tac_toe"], "num_tasks_per_case": 2},
+                          "val_tasks_per_case": 2})
+    refs = mixture.plan("val")
+    for i, ref in enumerate(refs):
+        row = mixture.row(ref, "val", i)
+        compute_score(row["data_source"], "<answer>x(1,1)</answer>", row["reward_model"]["ground_truth"],
+                      row["extra_info"])
+    logged = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [(e["seed"], e["index"]) for e in logged] == [(ref.seed, i) for i, ref in enumerate(refs)]

@@ -3,8 +3,9 @@
 verl 0.9.1's v1 trainer does not put custom reward fields into its training metrics or rollout dumps, so
 legal-move rate, format rate and our own time per sample would otherwise be invisible. When
 ``VERL_EXT_SAMPLE_LOG`` names a file (the train scripts set it next to the run's log), every reward call
-appends ``{"time", "split", "env", "case"}`` and every metric of ``verl_ext.reward.METRIC_KEYS`` (score,
-valid, format_ok, failed, reward_ms, dataset_ms, and the full-game counts: game, win, draw, loss, ...).
+appends ``{"time", "split", "env", "case"}``, the task's ``seed`` and row ``index`` (from ``extra_info``: they
+pair a held-out position's replies across validation passes) and every metric of ``verl_ext.reward.METRIC_KEYS``
+(score, valid, format_ok, failed, reward_ms, dataset_ms, and the full-game counts: game, win, draw, loss, ...).
 
 Reply text: the first ``VERL_EXT_SAMPLE_TEXTS`` samples (default 8; 0: none) of every step (validation: of every
 validation pass) also keep the reply, cut to ``VERL_EXT_SAMPLE_TEXT_CHARS`` characters (default 2,000: head and
@@ -107,6 +108,10 @@ def record(info: Mapping[str, Any], result: Mapping[str, float], reply: Any = No
         opponent = _opponent(info)
         if opponent is not None:
             entry["opponent"] = opponent
+        for key in ("seed", "index"):  # which task: pairs a position's replies across validation passes
+            value = info.get(key)
+            if isinstance(value, int) and not isinstance(value, bool):
+                entry[key] = value
         fields, keep_text = _position(path, split, now)
         entry.update(fields)
         limit = _MAX_LINE_BYTES

@@ -5,7 +5,9 @@ metrics file keeps only each case's mean reward (format shaping included). The s
 reply with its pass number (``block``), so this reads per pass and case: the engine score (``task_score``, illegal
 = 0: the number ``verl-ext eval`` reports) with its normal 95 % interval, the legal rate, the favourite reply's
 share, and the one-ply tactics (where a win is on the board, the share of replies that take it; where the
-opponent threatens one, the share that block it) with Wilson intervals.
+opponent threatens one, the share that block it) with Wilson intervals. When the log records each task's seed
+(since 2026-11-27), it also pairs every later pass with the first on the same positions: the change in engine
+score with its interval, and how many positions got better or worse.
 
     python bench/learning/val_passes.py runs/x/logs/grpo-*.samples.jsonl --test-freq 20 \\
         --out docs/runs/X/val_passes
@@ -68,6 +70,49 @@ def summarise(rows: list[dict[str, Any]], test_freq: int, texts: dict[tuple[Any,
     return records
 
 
+def paired_changes(rows: list[dict[str, Any]], records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per case and later pass, the change in engine score from the first pass on the same positions (matched by
+    the task ``seed`` the sample log records since 2026-11-27): mean difference with its normal 95 % interval, and
+    how many positions got better or worse. A paired difference is far tighter than two passes' own intervals.
+    Empty when the log has no seeds (older runs)."""
+    by_pass: dict[tuple[int, str], dict[int, float]] = defaultdict(dict)
+    for row in rows:
+        seed = row.get("seed")
+        if isinstance(seed, int):
+            by_pass[(int(row.get("block") or 0), str(row.get("case")))][seed] = float(row.get("task_score") or 0.0)
+    changes = []
+    for case in sorted({r["case"] for r in records}):
+        passes = sorted(r["pass"] for r in records if r["case"] == case)
+        first = by_pass.get((passes[0], case), {})
+        for later in passes[1:]:
+            now = by_pass.get((later, case), {})
+            common = sorted(first.keys() & now.keys())
+            if not common:
+                continue
+            diffs = [now[seed] - first[seed] for seed in common]
+            step_of = {r["pass"]: r["step"] for r in records if r["case"] == case}
+            changes.append({"case": case, "step": step_of[later], "from_step": step_of[passes[0]],
+                            "positions": len(common), "change": mean_interval(diffs),
+                            "better": sum(d > 0 for d in diffs), "worse": sum(d < 0 for d in diffs)})
+    return changes
+
+
+def changes_to_markdown(changes: list[dict[str, Any]]) -> str:
+    """A table of the paired changes from the first pass."""
+    lines = ["| step | case | positions | engine score change from the first pass [95 %] | better | worse |",
+             "|---" * 6 + "|"]
+    for c in changes:
+        lines.append(f"| {c['step']} | {c['case']} | {c['positions']} | {_signed(c['change'])} | {c['better']} | "
+                     f"{c['worse']} |")
+    return "\n".join(lines) + "\n"
+
+
+def _signed(m: dict[str, Any]) -> str:
+    if m["ci_low"] is None:
+        return f"{m['mean']:+.3f}"
+    return f"{m['mean']:+.3f} [{m['ci_low']:+.3f}, {m['ci_high']:+.3f}]"
+
+
 def _rate(p: dict[str, Any]) -> str:
     if p["rate"] is None:
         return "-"
@@ -103,11 +148,15 @@ def main(argv: list[str] | None = None) -> int:
     records = summarise(rows, args.test_freq, texts)
     if not records:
         parser.error(f"{args.log}: no validation rows (split 'val')")
+    changes = paired_changes(rows, records)
     table = to_markdown(records)
+    if changes:
+        table += "\nThe same positions, paired by task seed:\n\n" + changes_to_markdown(changes)
     print(table, end="")
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.with_suffix(".json").write_text(json.dumps(records, indent=1) + "\n")
+        args.out.with_suffix(".json").write_text(json.dumps({"passes": records, "paired_changes": changes},
+                                                            indent=1) + "\n")
         args.out.with_suffix(".md").write_text(table)
     return 0
 
