@@ -196,6 +196,42 @@ def test_bad_input_is_a_clear_error(argv, needle, tmp_path, capsys):
     assert not (tmp_path / "out").exists()
 
 
+def test_models_are_compared_position_by_position_with_the_baseline(tmp_path):
+    """Every model answers the same held-out positions in the same order: the paired change from the baseline
+    (sft when evaluated, else the first model, or --paired-baseline) is the mean of per-position differences."""
+    env = ["--set", "openspiel.game_types=[tic_tac_toe]", "--set", "val_tasks_per_case=20",
+           "--set", "openspiel.mcts_simulations=20", "--suites", "single", "--no-progress"]
+    out = tmp_path / "out"
+    assert eval_main([*env, "--models", "first=scripted:first", "sft=scripted:random", "rnd=scripted:illegal",
+                      "--out", str(out)]) == 0
+    results = json.loads((out / "results.json").read_text())
+    paired = results["single_move_paired"]
+    assert paired["baseline"] == "sft" and set(paired["models"]) == {"first", "rnd"}
+    base = results["models"]["sft"]["single_move"]["cases"]["tic_tac_toe"]
+    for name in ("first", "rnd"):
+        mine = results["models"][name]["single_move"]["cases"]["tic_tac_toe"]
+        change = paired["models"][name]["tic_tac_toe"]
+        assert change["positions"] == 20 == len(mine["engine_by_position"])
+        assert change["change"]["mean"] == pytest.approx(mine["engine_score"] - base["engine_score"], abs=1e-5)
+        assert change["better"] + change["worse"] <= 20
+    illegal = paired["models"]["rnd"]["tic_tac_toe"]  # an illegal answer scores 0 wherever the baseline scored
+    assert illegal["better"] == 0 and illegal["worse"] == sum(v > 0 for v in base["engine_by_position"])
+    assert "Change from sft on the same positions" in (out / "results.md").read_text()
+
+    assert eval_main([*env, "--models", "first=scripted:first", "rnd=scripted:random", "--paired-baseline", "rnd",
+                      "--out", str(tmp_path / "named")]) == 0
+    named = json.loads((tmp_path / "named" / "results.json").read_text())["single_move_paired"]
+    assert named["baseline"] == "rnd" and list(named["models"]) == ["first"]
+
+
+def test_an_unknown_paired_baseline_is_named(tmp_path, capsys):
+    argv = ["--set", "openspiel.game_types=[tic_tac_toe]", "--models", "a=scripted:first", "--paired-baseline",
+            "sft", "--no-progress", "--out", str(tmp_path / "out")]
+    assert eval_main(argv) == 2
+    assert "--paired-baseline: 'sft' is not one of the --models (a)" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
 def test_suite_needs_its_env(tmp_path, capsys):
     argv = ["--set", "openspiel.game_types=[tic_tac_toe]", "--models", "a=scripted:first", "--suites", "logic",
             "--out", str(tmp_path)]

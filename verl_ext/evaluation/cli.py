@@ -69,6 +69,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--game-context", default="turn",
                    help="turn: a fresh prompt each turn (as single-move training); game: the whole game "
                         "conversation (as full-game training, TASK_MODE=game)")
+    p.add_argument("--paired-baseline", default=None, metavar="NAME",
+                   help="single suite: the model every other is compared with position by position (the change "
+                        "in engine score with its interval); default sft when evaluated, else the first model")
     p.add_argument("--seed", type=int, default=0, help="seeds games, bots, chance and sampling")
     p.add_argument("--confidence", type=float, default=0.95, help="level of the Wilson intervals")
     p.add_argument("--max-new-tokens", type=int, default=512)
@@ -197,6 +200,7 @@ def run(argv: list[str] | None = None) -> int:
     from .exploitability import (build_references, make_scorer, reference_results, scoring_backend,
                                  scoring_settings, supported_cases)
     from .logic import evaluate_logic
+    from .paired import choose_baseline, paired_changes
     from .policies import make_policy, parse_model_specs
     from .report import markdown, write_all
     from .single_move import engine_adapter, evaluate_single_move, fixed_move_baselines, position_tasks
@@ -213,6 +217,7 @@ def run(argv: list[str] | None = None) -> int:
                               "name=path,adapter=PATH per model")
         entries[0] += f",adapter={args.adapter}"
     specs = parse_model_specs(entries)
+    baseline = choose_baseline([spec.name for spec in specs], args.paired_baseline)
     if not 0 < args.confidence < 1:
         raise ConfigError(f"--confidence: must be in (0, 1), got {args.confidence}")
     generation = GenerationSettings(
@@ -315,6 +320,9 @@ def run(argv: list[str] | None = None) -> int:
             finally:
                 scorer.close()
         results["models"][spec.name] = model
+        paired = paired_changes(results["models"], baseline, args.confidence)
+        if paired:
+            results["single_move_paired"] = {"baseline": baseline, "models": paired}
         paths = write_all(results, Path(args.out))  # after every model: a later failure keeps earlier results
         print(f"verl-ext eval: {spec.name} done in {time.perf_counter() - started:.1f} s", file=sys.stderr)
     print(markdown(results))

@@ -133,6 +133,26 @@ def _fixed_move_lines(baselines: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _signed_ci(mean: dict[str, Any]) -> str:
+    if mean.get("ci_low") is None:
+        return f"{mean['mean']:+.3f}"
+    return f"{mean['mean']:+.3f} [{mean['ci_low']:+.3f}, {mean['ci_high']:+.3f}]"
+
+
+def _paired_lines(paired: dict[str, Any], confidence: float) -> list[str]:
+    """Each model's engine score minus the baseline's on the same positions (paired.py)."""
+    if not paired.get("models"):
+        return []
+    baseline = paired["baseline"]
+    rows = [[name, case, str(c["positions"]), _signed_ci(c["change"]), str(c["better"]), str(c["worse"])]
+            for name, cases in paired["models"].items() for case, c in cases.items()]
+    return ([f"Change from {baseline} on the same positions (engine score, position by position; the paired "
+             f"interval is tighter than the two models' own):", ""]
+            + _table(["model", "case", "positions", f"change from {baseline} [{int(round(100 * confidence))} %]",
+                      "better", "worse"], rows)
+            + [""])
+
+
 def _tactics_table(results: dict[str, Any], names: list[str]) -> list[str]:
     """Per case with one-ply tactics, each model's share of wins taken and of threats blocked."""
     first = results["models"][names[0]]["single_move"]["cases"]
@@ -179,6 +199,7 @@ def markdown(results: dict[str, Any]) -> str:
             rows.append(row)
         lines += _table(header, rows) + [""]
         lines += _fixed_move_lines(results.get("single_move_baseline") or {})
+        lines += _paired_lines(results.get("single_move_paired") or {}, settings["confidence"])
         lines += _tactics_table(results, names)
     names = _models_with(results, "arena")
     if names:

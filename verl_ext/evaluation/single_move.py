@@ -142,6 +142,8 @@ class _CaseTally:
                               "blocked": proportion(self.blocks_made, self.block_chances, confidence)}
         if with_samples:
             out["samples"] = self.samples
+            # per position, in the eval's fixed task order: paired comparisons between models (paired.py)
+            out["engine_by_position"] = [round(float(v), 6) for v in self.engine]
         return out
 
     def favourite(self) -> dict[str, Any] | None:
