@@ -233,6 +233,7 @@ def test_no_cold_start_and_puzzles_only(tmp_path):
     assert stages["export"] == [] and stages["sft"] == [] and stages["hf"] == []
     signal = stages["signal"][0]
     assert signal[signal.index("--model") + 1] == str(model) and not any("openspiel" in a for a in signal)
+    assert "--cold-start-data" not in signal  # no cold start, nothing to compare with
     grpo = compose("ppo_trainer", after_module(stages["grpo"][0], "verl_ext.launch.ppo_main"))
     assert grpo.actor_rollout_ref.model.path == str(model) and "openspiel" not in grpo.data.env
     assert sorted(grpo.data.env.logic.cases) == ["chain_sum", "leg_counting"]
@@ -326,6 +327,7 @@ def test_split_contents_keep_grpo_off_the_positions_sft_fitted(tmp_path):
         assert "train_part=cold_start" in export and "cold_start_share=0.4" in export
     signal = stages["signal"][0]
     assert "train_part=rl" in signal and "cold_start_share=0.4" in signal
+    assert signal[signal.index("--cold-start-data") + 1] == str(tmp_path / "data" / "sft_train.parquet")
     grpo = compose("ppo_trainer", after_module(stages["grpo"][0], "verl_ext.launch.ppo_main"))
     assert grpo.data.env.train_part == "rl" and grpo.data.env.cold_start_share == pytest.approx(0.4)
     training_eval = stages["eval"][-1]

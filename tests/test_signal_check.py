@@ -175,6 +175,28 @@ def test_bad_input_is_refused_naming_the_value(tiny_model, args, message, capsys
     assert message in capsys.readouterr().err
 
 
+def test_the_report_counts_training_prompts_the_cold_start_was_trained_on(tiny_model, tmp_path, capsys):
+    """--cold-start-data (the recipe passes its SFT rows): the share of the training prompts that are cold-start
+    positions, per case, in signal.json and signal.md, and a note on stderr when most are."""
+    from verl_ext.export import build_rows, write_parquet
+    from verl_ext.mixture import EnvMixture
+
+    section = {"openspiel": {"game_types": ["tic_tac_toe", "connect_four"], "num_tasks_per_case": 6}}
+    sft = tmp_path / "sft_train.parquet"
+    write_parquet(build_rows(EnvMixture(section), "train", "sft", answers="rules")[0], sft)
+    out = tmp_path / "out"
+    assert signal_main(["--model", str(tiny_model), *ENV, *SMALL, "--cold-start-data", str(sft),
+                        "--out", str(out)]) == 0
+    overlap = json.loads((out / "signal.json").read_text())["cold_start_overlap"]
+    assert overlap["rows"] == 12 and overlap["overall"]["share"] == 1.0
+    assert set(overlap["cases"]) == {"tic_tac_toe", "connect_four"}
+    assert "## Training prompts the cold start was trained on" in (out / "signal.md").read_text()
+    assert "NOTE: 100 % of GRPO's training prompts are positions the cold start was trained on" in \
+        capsys.readouterr().err
+    assert signal_main(["--model", str(tiny_model), *ENV, "--cold-start-data", str(tmp_path / "none.parquet")]) == 2
+    assert "--cold-start-data: no such file" in capsys.readouterr().err
+
+
 def test_env_overrides_take_hydra_syntax_for_data_env_keys_only():
     env = apply_hydra_overrides({"openspiel": {"game_types": ["hex"], "seed": 3}},
                                 ["data.env.openspiel.game_types=[go]", "++data.env.size=10"])

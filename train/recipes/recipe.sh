@@ -296,8 +296,11 @@ stage_signal() {
     echo "recipe: the signal check samples single moves and puzzles; TASK_MODE=$TASK_MODE rows are not checked" >&2
     return 0
   fi
+  # with a cold start, also how many of GRPO's training prompts are positions SFT was trained on
+  local cold=()
+  [[ "$COLD_START" != none ]] && cold=(--cold-start-data "$DATA/sft_train.parquet")
   run "$PYTHON" -m verl_ext.cli signal --model "$START" ${ENV_SETS[@]+"${ENV_SETS[@]}"} \
-    ${RL_PART_SETS[@]+"${RL_PART_SETS[@]}"} ${SCORE_SETS[@]+"${SCORE_SETS[@]}"} --prompts "$SIGNAL_PROMPTS" --n "${ROLLOUT_N:-8}" \
+    ${RL_PART_SETS[@]+"${RL_PART_SETS[@]}"} ${SCORE_SETS[@]+"${SCORE_SETS[@]}"} ${cold[@]+"${cold[@]}"} --prompts "$SIGNAL_PROMPTS" --n "${ROLLOUT_N:-8}" \
     --max-new-tokens "$MAX_RESPONSE_LENGTH" --backend "$SIGNAL_BACKEND" --seed "$RECIPE_SEED" --no-progress \
     --out "$RUN_DIR/signal"
 }

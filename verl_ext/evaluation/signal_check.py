@@ -29,7 +29,9 @@ from pathlib import Path
 from typing import Any
 
 from .. import sample_log
+from ..cold_start_overlap import cold_start_contents, overlap_note, training_overlap
 from ..envs.config import ConfigError
+from ..mixture import EnvMixture
 from ..sample_text import printable
 from ..seeding import stable_seed
 from .backends import BACKENDS, DTYPES, GenerationSettings
@@ -75,6 +77,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", choices=DTYPES, default="auto", help="auto: bfloat16 on GPU, float32 on CPU")
     p.add_argument("--vllm-gpu-memory-utilization", type=float, default=0.85)
     p.add_argument("--vllm-max-model-len", type=int, default=None)
+    p.add_argument("--cold-start-data", metavar="PARQUET",
+                   help="the cold start's SFT rows (verl-ext export --format sft): report how many of the training "
+                        "prompts are positions it was trained on (cold_start_overlap.py)")
     p.add_argument("--out", help="folder for signal.json and signal.md")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
@@ -227,6 +232,7 @@ def run(argv: list[str] | None = None) -> int:
     env_section = apply_overrides(load_config(args.config)[0], list(args.overrides))
     env_section = apply_hydra_overrides(env_section, list(args.hydra_overrides))
     rows = training_rows(env_section, args.prompts)  # env errors before any download or model load
+    overlap = cold_start_overlap(env_section, args.cold_start_data)
     model = local_model(head) + sep + options + (f",adapter={args.adapter}" if args.adapter else "")
     spec = parse_model_spec(model, "--model")
 
@@ -253,6 +259,7 @@ def run(argv: list[str] | None = None) -> int:
         "overall": overall,
         "cases": cases,
         "examples": examples,
+        "cold_start_overlap": overlap,
         "groups": [{"case": str(row["data_source"]), "task_id": row["extra_info"]["task_id"],
                     "scores": [r.score for r in group], "tokens": [r.tokens for r in group]}
                    for row, group in zip(rows, groups)],
@@ -267,10 +274,21 @@ def run(argv: list[str] | None = None) -> int:
     print(markdown(report, with_warning=False), end="")
     if args.out:
         print(f"wrote {Path(args.out) / 'signal.json'}, {Path(args.out) / 'signal.md'}")
+    if overlap and overlap["note"]:
+        print(overlap["note"], file=sys.stderr)
     if warning:
         print(warning, file=sys.stderr)
         return EXIT_NO_SIGNAL if args.strict else 0
     return 0
+
+
+def cold_start_overlap(env_section: dict[str, Any], parquet: str | None) -> dict[str, Any] | None:
+    """How many of the run's training prompts the cold start in ``parquet`` was trained on (None without one)."""
+    if not parquet:
+        return None
+    contents, rows = cold_start_contents(Path(parquet))
+    overlap = training_overlap(EnvMixture(env_section), contents)
+    return {"data": parquet, "rows": rows, **overlap, "note": overlap_note(overlap)}
 
 
 def main(argv: list[str] | None = None) -> int:

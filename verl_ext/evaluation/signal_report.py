@@ -153,6 +153,20 @@ def _row(name: str, s: dict[str, Any]) -> str:
             f"| {_pct(s['hit_token_cap'])} |")
 
 
+def _overlap_lines(overlap: dict[str, Any] | None) -> list[str]:
+    """The training prompts that are cold-start positions, per case (cold_start_overlap.py), and its note."""
+    if not overlap:
+        return []
+    lines = ["## Training prompts the cold start was trained on", "",
+             f"Cold start: {overlap['rows']} SFT rows ({overlap['data']}).", "",
+             "| case | training tasks | on cold-start positions | distinct positions | of them cold-start ones |",
+             "|---|---|---|---|---|"]
+    for case, c in overlap["cases"].items():
+        share = "-" if c["share"] is None else f"{100 * c['share']:.1f} %"
+        lines.append(f"| {case} | {c['tasks']} | {share} | {c['positions']} | {c['cold_start_positions']} |")
+    return lines + (["", overlap["note"]] if overlap.get("note") else []) + [""]
+
+
 def markdown(report: dict[str, Any], with_warning: bool = True) -> str:
     """The report as markdown: settings, the table per case and overall, the verdict (with the warning unless
     ``with_warning`` is False, for a console that prints it last), example replies."""
@@ -176,6 +190,7 @@ def markdown(report: dict[str, Any], with_warning: bool = True) -> str:
     else:
         verdict = f"Verdict: signal (share of groups with signal >= --threshold {st['threshold']:g})."
     lines += ["", verdict, ""]
+    lines += _overlap_lines(report.get("cold_start_overlap"))
     lines.append("## Example replies")
     for example in report["examples"]:
         text = example["reply"]
