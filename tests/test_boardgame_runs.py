@@ -6,8 +6,6 @@ match-ups."""
 
 from __future__ import annotations
 
-import shlex
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -18,8 +16,7 @@ from verl_ext.evaluation.cli import parse_args, resolve_suites, single_move_sect
 from verl_ext.launch.preflight import check_ppo, compose
 from verl_ext.mixture import EnvMixture
 
-from test_card_runs import recipe_environ
-from test_recipe import stage_commands
+from test_card_runs import dry_run as files_dry_run
 from test_train_scripts import overrides_of
 
 REPO = Path(__file__).resolve().parents[1]
@@ -29,19 +26,8 @@ BASE = RUNS / "smollm2-boardgames-base.env"
 
 def dry_run(tmp_path: Path, run: str | None, run_dir: str | None = None) -> dict[str, list[list[str]]]:
     """The recipe's --dry-run of the base stages (run None) or of one run's stages, sourced as the driver does."""
-    if run is None:
-        script = (f'set -a; source {shlex.quote(str(BASE))}; set +a; RUN_DIR={shlex.quote(str(tmp_path / "base"))} '
-                  'bash train/recipes/recipe.sh --dry-run model export sft hf')
-    else:
-        spec = RUNS / f"smollm2-boardgames-{run}.env"
-        script = (f"set -a; source {shlex.quote(str(BASE))}; source {shlex.quote(str(spec))}; set +a; "
-                  'read -r -a stages <<< "$RUN_STAGES"; '
-                  f'RUN_DIR={shlex.quote(str(tmp_path / (run_dir or run)))} bash train/recipes/recipe.sh --dry-run "${{stages[@]}}" '
-                  '${GRPO_ARGS[@]+"${GRPO_ARGS[@]}"}')
-    done = subprocess.run(["bash", "-c", f"set -euo pipefail; {script}"], capture_output=True, text=True,
-                          env=recipe_environ("smollm2"), cwd=REPO, check=False)
-    assert done.returncode == 0, done.stderr
-    return stage_commands(done.stdout)
+    spec = None if run is None else RUNS / f"smollm2-boardgames-{run}.env"
+    return files_dry_run(tmp_path, run, base=BASE, spec=spec, run_dir=run_dir)
 
 
 def test_the_base_teaches_engine_moves_half_in_whole_games(tmp_path):

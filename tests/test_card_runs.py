@@ -42,19 +42,21 @@ def recipe_environ(model: str) -> dict[str, str]:
     return environ
 
 
-def dry_run(tmp_path: Path, run: str | None) -> dict[str, list[list[str]]]:
+def dry_run(tmp_path: Path, run: str | None, base: Path = BASE, spec: Path | None = None,
+            run_dir: str | None = None) -> dict[str, list[list[str]]]:
     """The recipe's --dry-run of the base stages (run None) or of one run's stages, with the files sourced as the
-    driver sources them (base, then the run file; GRPO_ARGS as the grpo stage's Hydra overrides)."""
+    driver sources them (base, then the run file, by default smollm2-cards-<run>.env; GRPO_ARGS as the grpo stage's
+    Hydra overrides), in tmp_path/<run_dir or run>."""
     if run is None:
-        script = (f'set -a; source {shlex.quote(str(BASE))}; set +a; read -r -a stages <<< "${{BASE_STAGES:-model '
+        script = (f'set -a; source {shlex.quote(str(base))}; set +a; read -r -a stages <<< "${{BASE_STAGES:-model '
                   f'export sft hf}}"; RUN_DIR={shlex.quote(str(tmp_path / "base"))} bash train/recipes/recipe.sh '
                   '--dry-run "${stages[@]}"')
     else:
-        spec = RUNS / f"smollm2-cards-{run}.env"
-        script = (f"set -a; source {shlex.quote(str(BASE))}; source {shlex.quote(str(spec))}; set +a; "
+        spec = spec or RUNS / f"smollm2-cards-{run}.env"
+        script = (f"set -a; source {shlex.quote(str(base))}; source {shlex.quote(str(spec))}; set +a; "
                   'read -r -a stages <<< "${RUN_STAGES:-grpo merge eval plot} ${FINAL_STAGES:-}"; '
-                  f'RUN_DIR={shlex.quote(str(tmp_path / run))} bash train/recipes/recipe.sh --dry-run "${{stages[@]}}" '
-                  '${GRPO_ARGS[@]+"${GRPO_ARGS[@]}"}')
+                  f'RUN_DIR={shlex.quote(str(tmp_path / (run_dir or run)))} bash train/recipes/recipe.sh --dry-run '
+                  '"${stages[@]}" ${GRPO_ARGS[@]+"${GRPO_ARGS[@]}"}')
     done = subprocess.run(["bash", "-c", f"set -euo pipefail; {script}"], capture_output=True, text=True,
                           env=recipe_environ("smollm2"), cwd=REPO, check=False)
     assert done.returncode == 0, done.stderr
