@@ -41,6 +41,8 @@ def test_the_bench_times_kv_list_on_a_real_transfer_queue(tmp_path):
                            "--looks", "5", "--out", str(out)], capture_output=True, text=True, timeout=300, cwd=REPO)
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(out.read_text())
-    assert result["keys"] == 3 + 6 and result["look"]["median_ms"] >= result["kv_list"]["median_ms"] * 0.5 > 0
+    # timings only as numbers: their ratio moved with the machine's load (this line once failed CI on a busy
+    # 2-core machine); speed targets live in the bench's own results, not in tests
+    assert result["keys"] == 3 + 6 and result["look"]["median_ms"] > 0 and result["kv_list"]["median_ms"] > 0
     shares = list(result["busy_share_by_interval_s"].values())
     assert shares == sorted(shares, reverse=True) and 0 < shares[-1] < shares[0] < 1  # longer interval, fewer looks
