@@ -61,6 +61,7 @@ def test_passes_give_engine_score_favourite_and_tactics_per_case(tmp_path, capsy
     assert by_key[(0, "connect_four")]["took_win"]["rate"] is None  # no chance to win: no rate
     table = capsys.readouterr().out
     assert table == out.with_suffix(".md").read_text()
+    assert out.with_suffix(".png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"  # the curves with their intervals
     assert "| 20 | tic_tac_toe | 2 | 1.000" in table and "| - |" in table
 
 

@@ -136,11 +136,47 @@ def to_markdown(records: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def plot(records: list[dict[str, Any]], path: Path) -> None:
+    """Per case over the passes: the engine score with its interval, and wins taken / threats blocked with theirs."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cases = sorted({r["case"] for r in records})
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
+    for case in cases:
+        rows = [r for r in records if r["case"] == case]
+        steps = [r["step"] for r in rows]
+        means = [r["engine"]["mean"] for r in rows]
+        low = [m - (r["engine"]["ci_low"] if r["engine"]["ci_low"] is not None else m) for m, r in zip(means, rows)]
+        high = [(r["engine"]["ci_high"] if r["engine"]["ci_high"] is not None else m) - m for m, r in zip(means, rows)]
+        axes[0].errorbar(steps, means, yerr=[low, high], marker="o", capsize=3, label=case)
+        for key, style in (("took_win", "-"), ("blocked", ":")):
+            kept = [(r["step"], r[key]) for r in rows if r[key]["rate"] is not None]
+            if kept:
+                rates = [p["rate"] for _, p in kept]
+                axes[1].errorbar([step for step, _ in kept], rates,
+                                 yerr=[[rate - p["ci_low"] for rate, (_, p) in zip(rates, kept)],
+                                       [p["ci_high"] - rate for rate, (_, p) in zip(rates, kept)]],
+                                 marker="o", capsize=3, linestyle=style,
+                                 label=f"{case}: {'took the win' if key == 'took_win' else 'blocked'}")
+    axes[0].set_title("held-out engine score (greedy) [95 %]")
+    axes[1].set_title("held-out one-ply tactics [95 % Wilson]")
+    for ax in axes:
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("log", type=Path, help="the run's <run>.samples.jsonl (or .jsonl.gz)")
     parser.add_argument("--test-freq", type=int, required=True, help="the run's trainer.test_freq (pass k = step (k-1) x this)")
-    parser.add_argument("--out", type=Path, help="write OUT.json and OUT.md as well as printing the table")
+    parser.add_argument("--out", type=Path, help="write OUT.json, OUT.md and OUT.png as well as printing the table")
     args = parser.parse_args(argv)
     if args.test_freq < 1:
         parser.error(f"--test-freq must be >= 1, got {args.test_freq}")
@@ -158,6 +194,7 @@ def main(argv: list[str] | None = None) -> int:
         args.out.with_suffix(".json").write_text(json.dumps({"passes": records, "paired_changes": changes},
                                                             indent=1) + "\n")
         args.out.with_suffix(".md").write_text(table)
+        plot(records, args.out.with_suffix(".png"))
     return 0
 
 
