@@ -166,7 +166,8 @@ def plot(records: list[dict[str, Any]], path: Path) -> None:
     for ax in axes:
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
+        if ax.get_legend_handles_labels()[0]:  # a case without tactics draws nothing in the second panel
+            ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
