@@ -328,6 +328,8 @@ def test_split_contents_keep_grpo_off_the_positions_sft_fitted(tmp_path):
     signal = stages["signal"][0]
     assert "train_part=rl" in signal and "cold_start_share=0.4" in signal
     assert signal[signal.index("--cold-start-data") + 1] == str(tmp_path / "data" / "sft_train.parquet")
+    rules = stage_commands(recipe("--dry-run", "signal", **{**env, "COLD_START": "rules"}).stdout)["signal"][0]
+    assert "--cold-start-data" not in rules  # random legal answers: nothing for GRPO to recall there
     grpo = compose("ppo_trainer", after_module(stages["grpo"][0], "verl_ext.launch.ppo_main"))
     assert grpo.data.env.train_part == "rl" and grpo.data.env.cold_start_share == pytest.approx(0.4)
     training_eval = stages["eval"][-1]

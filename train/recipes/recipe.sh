@@ -296,9 +296,10 @@ stage_signal() {
     echo "recipe: the signal check samples single moves and puzzles; TASK_MODE=$TASK_MODE rows are not checked" >&2
     return 0
   fi
-  # with a cold start, also how many of GRPO's training prompts are positions SFT was trained on
+  # after a reference cold start, also how many of GRPO's training prompts are positions SFT taught the answer of
+  # (a rules cold start taught random legal moves there: nothing to recall)
   local cold=()
-  [[ "$COLD_START" != none ]] && cold=(--cold-start-data "$DATA/sft_train.parquet")
+  [[ "$COLD_START" == reference ]] && cold=(--cold-start-data "$DATA/sft_train.parquet")
   run "$PYTHON" -m verl_ext.cli signal --model "$START" ${ENV_SETS[@]+"${ENV_SETS[@]}"} \
     ${RL_PART_SETS[@]+"${RL_PART_SETS[@]}"} ${SCORE_SETS[@]+"${SCORE_SETS[@]}"} ${cold[@]+"${cold[@]}"} --prompts "$SIGNAL_PROMPTS" --n "${ROLLOUT_N:-8}" \
     --max-new-tokens "$MAX_RESPONSE_LENGTH" --backend "$SIGNAL_BACKEND" --seed "$RECIPE_SEED" --no-progress \
