@@ -71,11 +71,9 @@ def training_overlap(mixture: EnvMixture, contents: dict[str, set[str]]) -> dict
                 "cold_start_positions": len(set(keys) & seen)}
 
     cases = {case: counts(keys, contents.get(case, set())) for case, keys in tasks.items()}
-    all_keys = [(case, key) for case, keys in tasks.items() for key in keys]
-    seen_pairs = {(case, key) for case, keys in contents.items() for key in keys}
-    on_seen = sum(pair in seen_pairs for pair in all_keys)
-    overall = {"tasks": len(all_keys), "tasks_on_cold_start_positions": on_seen,
-               "share": on_seen / len(all_keys) if all_keys else None}
+    total = sum(c["tasks"] for c in cases.values())
+    on_seen = sum(c["tasks_on_cold_start_positions"] for c in cases.values())
+    overall = {"tasks": total, "tasks_on_cold_start_positions": on_seen, "share": on_seen / total if total else None}
     return {"cases": cases, "overall": overall}
 
 

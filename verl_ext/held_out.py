@@ -110,6 +110,7 @@ def training_seeds(case: str, pool: int, first_seed: int, share: float,
     kept = 1.0 - share
     if part != "all":
         kept *= cold_start_share if part == "cold_start" else 1.0 - cold_start_share
+    wanted = ("cold_start", "rl") if part == "all" else (part,)
     seeds: list[int] = []
     seed = first_seed
     # about twice the draws a case of any size needs (a small case's contents can weigh more than their share)
@@ -120,8 +121,7 @@ def training_seeds(case: str, pool: int, first_seed: int, share: float,
             raise ConfigError(f"case {case}: only {len(seeds)} of {pool} training tasks {where} (held_out_share "
                               f"{share}, cold_start_share {cold_start_share}) in {seed - first_seed} draws")
         key = content_key(make(len(seeds), seed))
-        if key is None or (part == "all" and not is_held_out(case, key, share)) \
-                or training_part(case, key, share, cold_start_share) == part:
+        if key is None or training_part(case, key, share, cold_start_share) in wanted:
             seeds.append(seed)
         seed += 1
     return seeds

@@ -80,8 +80,8 @@ fork() {
   mkdir -p "$dir/sft" && cp "$ROOT/base/sft/latest_checkpointed_iteration.txt" "$dir/sft/" 2>/dev/null || true
 }
 
-# Recipe stages of run file SPEC in ROOT/NAME, logged to ROOT/NAME/run.log: run_stages SPEC [STAGES...]; without
-# STAGES, the run file's RUN_STAGES (default grpo merge eval plot); STAGES "final": its FINAL_STAGES (none: nothing)
+# Recipe stages of run file SPEC in ROOT/NAME, logged to ROOT/NAME/run.log: run_stages SPEC STAGE...; STAGE
+# "final": the run file's FINAL_STAGES (none: nothing)
 run_stages() {
   local spec="$1" dir
   shift
@@ -94,7 +94,6 @@ run_stages() {
     source "$spec"
     set +a
     stages=("$@")
-    if (( ${#stages[@]} == 0 )); then read -r -a stages <<< "${RUN_STAGES:-grpo merge eval plot}"; fi
     if [[ "${stages[*]}" == final ]]; then read -r -a stages <<< "${FINAL_STAGES:-}"; fi
     (( ${#stages[@]} )) || exit 0
     RUN_DIR="$dir" bash "$RECIPE" "${stages[@]}" ${GRPO_ARGS[@]+"${GRPO_ARGS[@]}"}

@@ -21,6 +21,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
+from verl_ext.evaluation.paired import paired_summary
 from verl_ext.evaluation.stats import mean_interval, proportion
 from verl_ext.sample_view import log_lines
 
@@ -89,11 +90,9 @@ def paired_changes(rows: list[dict[str, Any]], records: list[dict[str, Any]]) ->
             common = sorted(first.keys() & now.keys())
             if not common:
                 continue
-            diffs = [now[seed] - first[seed] for seed in common]
             step_of = {r["pass"]: r["step"] for r in records if r["case"] == case}
             changes.append({"case": case, "step": step_of[later], "from_step": step_of[passes[0]],
-                            "positions": len(common), "change": mean_interval(diffs),
-                            "better": sum(d > 0 for d in diffs), "worse": sum(d < 0 for d in diffs)})
+                            **paired_summary([now[seed] for seed in common], [first[seed] for seed in common])})
     return changes
 
 

@@ -27,6 +27,14 @@ def choose_baseline(names: list[str], requested: str | None) -> str:
     return DEFAULT_BASELINE if DEFAULT_BASELINE in names else names[0]
 
 
+def paired_summary(mine: list[float], theirs: list[float], confidence: float = 0.95) -> dict[str, Any]:
+    """``{"positions", "change", "better", "worse"}`` of two equally long score lists of the same positions:
+    the mean of ``mine - theirs`` with its normal interval, and how many positions rose or fell."""
+    diffs = [float(a) - float(b) for a, b in zip(mine, theirs, strict=True)]
+    return {"positions": len(diffs), "change": mean_interval(diffs, confidence),
+            "better": sum(d > 0 for d in diffs), "worse": sum(d < 0 for d in diffs)}
+
+
 def paired_changes(models: dict[str, dict[str, Any]], baseline: str, confidence: float) -> dict[str, Any]:
     """``{model: {case: {"positions", "change", "better", "worse"}}}`` for every model evaluated on single moves
     beside ``baseline``; ``change`` is the mean paired difference of the engine score with its normal interval."""
@@ -44,9 +52,7 @@ def paired_changes(models: dict[str, dict[str, Any]], baseline: str, confidence:
             theirs = (base["cases"].get(case) or {}).get("engine_by_position")
             if not mine or not theirs or len(mine) != len(theirs):
                 continue
-            diffs = [float(a) - float(b) for a, b in zip(mine, theirs)]
-            cases[case] = {"positions": len(diffs), "change": mean_interval(diffs, confidence),
-                           "better": int(sum(d > 0 for d in diffs)), "worse": int(sum(d < 0 for d in diffs))}
+            cases[case] = paired_summary(mine, theirs, confidence)
         if cases:
             out[name] = cases
     return out

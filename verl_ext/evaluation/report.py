@@ -133,18 +133,12 @@ def _fixed_move_lines(baselines: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _signed_ci(mean: dict[str, Any]) -> str:
-    if mean.get("ci_low") is None:
-        return f"{mean['mean']:+.3f}"
-    return f"{mean['mean']:+.3f} [{mean['ci_low']:+.3f}, {mean['ci_high']:+.3f}]"
-
-
 def _paired_lines(paired: dict[str, Any], confidence: float) -> list[str]:
     """Each model's engine score minus the baseline's on the same positions (paired.py)."""
     if not paired.get("models"):
         return []
     baseline = paired["baseline"]
-    rows = [[name, case, str(c["positions"]), _signed_ci(c["change"]), str(c["better"]), str(c["worse"])]
+    rows = [[name, case, str(c["positions"]), _mean_ci(c["change"]), str(c["better"]), str(c["worse"])]
             for name, cases in paired["models"].items() for case, c in cases.items()]
     return ([f"Change from {baseline} on the same positions (engine score, position by position; the paired "
              f"interval is tighter than the two models' own):", ""]

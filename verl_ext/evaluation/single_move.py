@@ -17,7 +17,7 @@ from tqdm import tqdm
 
 from ..envs import EnvAdapter, Task, make_env
 from ..envs.openspiel_env import load_game
-from ..envs.tactics import OnePly, has_tactics, one_ply, tactics_line
+from ..envs.tactics import OnePly, has_tactics, one_ply, tactic_flags, tactics_line
 from ..held_out import content_key
 from ..mixture import EnvMixture
 from ..seeding import stable_seed
@@ -113,13 +113,13 @@ class _CaseTally:
     blocks_made: int = 0
 
     def count_tactics(self, tactics: OnePly, action: int | None) -> None:
-        """One position's one-ply tactics and the reply's action (None: no legal move)."""
-        if tactics.win_available:
-            self.win_chances += 1
-            self.wins_taken += int(action in tactics.winning)
-        elif tactics.must_block:
-            self.block_chances += 1
-            self.blocks_made += int(action is not None and action not in tactics.losing)
+        """One position's one-ply tactics and the reply's action (None: no legal move), counted as the reward's
+        tactics flags count them (``tactic_flags``)."""
+        flags = tactic_flags(tactics, action)
+        self.win_chances += int(flags["win_chance"])
+        self.wins_taken += int(flags["win_taken"])
+        self.block_chances += int(flags["block_chance"])
+        self.blocks_made += int(flags["blocked"])
 
     def summary(self, confidence: float, engine_note: str | None, with_samples: bool = True,
                 tactics: bool = False) -> dict[str, Any]:
