@@ -28,6 +28,7 @@ CASES: dict[str, dict[str, str]] = {
     "ROLLOUT_POLL_INTERVAL=off": {"ROLLOUT_POLL_INTERVAL": "off"},
     "SIGNAL_CHECK=off": {"SIGNAL_CHECK": "off"},
     "SIGNAL_CHECK=abort": {"SIGNAL_CHECK": "abort"},
+    "GRPO_TIED_GROUPS=verl": {"GRPO_TIED_GROUPS": "verl"},
     "ATTN_IMPLEMENTATION=sdpa": {"ATTN_IMPLEMENTATION": "sdpa"},
     "LORA_MERGE_BACKUP=verl": {"LORA_MERGE_BACKUP": "verl"},
     "LORA_MERGE_SYNC=in_place": {"LORA_MERGE_SYNC": "in_place"},

@@ -266,3 +266,21 @@ def test_the_split_run_keeps_grpo_off_the_cold_starts_positions(tmp_path):
         assert float(cfg.actor_rollout_ref.actor.optim.lr) == 3e-5
         assert cfg.actor_rollout_ref.actor.kl_loss_coef == 0.1 and cfg.actor_rollout_ref.actor.clip_ratio_high == 0.28
     assert "train_part" not in shared.data.env
+
+
+def test_the_dr_grpo_arm_differs_from_the_split_run_in_the_std_division_and_kl_only(tmp_path):
+    """smollm2-split-drgrpo-grpo100.env: the split run without the std division (Dr. GRPO), its KL anchor scaled
+    0.1 -> 0.02 with the smaller policy-gradient loss (docs/runs/2026-11-27-cpu-advantage-pull/)."""
+    base = RUNS / "smollm2-split-base.env"
+    configs = {}
+    for name in ("smollm2-split-grpo100", "smollm2-split-drgrpo-grpo100"):
+        stages = _driver_dry_run(tmp_path, base, RUNS / f"{name}.env")
+        configs[name] = compose("ppo_trainer", overrides_of(stages["grpo"][0]))
+        assert check_ppo(configs[name], check_imports=False) == []
+    split, dr_grpo = (OmegaConf.to_container(configs[n]) for n in configs)
+    assert split["algorithm"]["norm_adv_by_std_in_grpo"] is True
+    assert dr_grpo["algorithm"]["norm_adv_by_std_in_grpo"] is False
+    assert dr_grpo["actor_rollout_ref"]["actor"]["kl_loss_coef"] == 0.02
+    dr_grpo["algorithm"]["norm_adv_by_std_in_grpo"] = True
+    dr_grpo["actor_rollout_ref"]["actor"]["kl_loss_coef"] = 0.1
+    assert split == dr_grpo

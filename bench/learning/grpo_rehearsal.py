@@ -3,7 +3,8 @@
 A GPU session affords one or two GRPO runs, so settings that fight the collapse seen on the GPU (the policy
 turning deterministic within 20 steps, `docs/learning.md`) are tried here first, at a smaller batch. Each step
 samples ``--n`` replies for ``--prompts`` training prompts (transformers, temperature 1), scores them with
-``verl_ext.reward.compute_score``, takes verl's GRPO advantages (``compute_grpo_outcome_advantage``) and updates
+``verl_ext.reward.compute_score``, takes verl's GRPO advantages (``compute_grpo_outcome_advantage``, tied groups at 0 as the train scripts' default
+``GRPO_TIED_GROUPS=zero`` makes them) and updates
 the model in PPO mini-batches with verl's policy loss (``get_policy_loss_fn``), entropy bonus and KL term
 (``agg_loss``, ``kl_penalty``), using the clip ratios, loss aggregation, grad clip and AdamW settings of verl's
 own composed actor config, so ``--override`` takes the same Hydra keys as the train scripts
@@ -130,7 +131,11 @@ def rehearse(model_path: str, env_section: dict[str, Any], prompts: int, steps: 
 
     from verl_ext.evaluation.backends import prompt_ids
     from verl_ext.mixture import EnvMixture
+    from verl_ext.patches.tied_groups import zero_tied_groups
     from verl_ext.reward import compute_score
+
+    # as the train scripts run it (GRPO_TIED_GROUPS=zero): a tied group's advantage is 0, not float32 rounding noise
+    compute_grpo_outcome_advantage = zero_tied_groups(compute_grpo_outcome_advantage)
 
     torch.manual_seed(seed)
     actor, norm_by_std, lora = actor_config(overrides, prompts, micro_batch)

@@ -66,6 +66,14 @@ PATCHES: tuple[Patch, ...] = (
           "not for speed: per-step signal/* and collapse/* metrics and console warnings (abort: stop after a "
           "step with no GRPO group whose rewards differ); docs/training.md 'Learning signal and collapse'",
           (), "tests/test_step_signal.py", helpers=("verl_ext.patches.import_hook",)),
+    Patch("tied_groups", "verl_ext.patches.tied_groups", "external_modules", "GRPO_TIED_GROUPS", "zero", "verl",
+          (("GRPO_TIED_GROUPS", ("zero",)),),
+          ("verl.trainer.ppo.core_algos.compute_grpo_outcome_advantage / compute_grpo_vectorized_outcome_advantage "
+           "(and their grpo / grpo_vectorized registry entries): a group whose rewards are all equal gets advantage 0",),
+          "not for speed: verl's float32 mean and std gave tied groups advantages up to 0.106 per reply (median 0.056, "
+          "864 of 1,447 connect_four engine rewards); now exactly 0, every other row unchanged bit for bit",
+          ("docs/runs/2026-11-27-cpu-advantage-pull/",), "tests/test_tied_groups.py",
+          helpers=("verl_ext.patches.import_hook",)),
     Patch("vllm_worker_fork", "verl_ext.patches.vllm_worker_fork", "external_modules", "ROLLOUT_WORKER_START",
           "fork", "spawn", (("ROLLOUT_WORKER_START", ("fork",)),),
           ("vllm.v1.executor.multiproc_executor: the GPU worker's multiprocessing start method",),

@@ -227,6 +227,11 @@ grpo_args() {
   # abort: also stops the run after its first step when (almost) no GRPO group has rewards that differ; off: neither.
   : "${SIGNAL_CHECK:=warn}"
   require_choice SIGNAL_CHECK "$SIGNAL_CHECK" warn abort off
+  # zero: a GRPO group whose rewards are all equal gets advantage 0 (verl_ext/patches/tied_groups.py). verl 0.9.1 divides
+  # such a group's float32 rounding residue by std + 1e-6: up to 0.106 per reply on connect_four's engine rewards
+  # (docs/runs/2026-11-27-cpu-advantage-pull/). verl: verl's own numbers.
+  : "${GRPO_TIED_GROUPS:=zero}"
+  require_choice GRPO_TIED_GROUPS "$GRPO_TIED_GROUPS" zero verl
   # Where verl's fused LM head computes logits and log-probs. response: only the positions that predict a response
   # token, the only ones any loss or metric reads (TRL's logits_to_keep; verl_ext/patches/response_logits.py): H100 smoke
   # update 0.553 / 0.651 -> 0.479 / 0.476 s in two pairs, the head alone 0.132 -> 0.040 s per 13k-token micro batch
@@ -358,7 +363,7 @@ grpo_args() {
   local remove_padding fused external_lib
   log_prob_flags  # sets remove_padding, fused, external_lib
   # the resolved switches that decide which patches apply (verl_ext/patches/registry.py)
-  local switches=(SIGNAL_CHECK="$SIGNAL_CHECK" ROLLOUT_WORKER_START="$ROLLOUT_WORKER_START"
+  local switches=(SIGNAL_CHECK="$SIGNAL_CHECK" GRPO_TIED_GROUPS="$GRPO_TIED_GROUPS" ROLLOUT_WORKER_START="$ROLLOUT_WORKER_START"
     OLD_LOG_PROB_PASS="$OLD_LOG_PROB_PASS" LM_HEAD_POSITIONS="$LM_HEAD_POSITIONS"
     ACTOR_FSDP="$ACTOR_FSDP" ACTOR_COMPILE="$ACTOR_COMPILE" GC_FREEZE="$GC_FREEZE"
     ATTN_IMPLEMENTATION="$ATTN_IMPLEMENTATION" ENABLE_LORA="$ENABLE_LORA"
