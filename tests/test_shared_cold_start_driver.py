@@ -149,3 +149,18 @@ def test_more_runs_than_gpus_share_one(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "3 runs, 2 GPUs, from GPU 0: GRPO stages at once on one GPU" in done.stdout
     assert all("gpu=unset" in c for c in calls)
+
+
+def test_the_four_gpu_plan_three_split_arms_and_one_game_run(tmp_path):
+    """docs/games.md "A GPU per run" on nvidia-h100-x4: the split cold start with three GRPO arms on GPUs 0-2, and a
+    second driver (GPU_OFFSET=3) with a whole-game cold start and one run on GPU 3."""
+    first, calls = _drive(tmp_path / "split", gpus=4, names=("a", "b", "c"), PARALLEL="1")
+    assert first.returncode == 0, first.stderr
+    assert "a GPU each, every stage at once" in first.stdout
+    for name, gpu in (("a", 0), ("b", 1), ("c", 2)):
+        assert [c for c in calls if c.startswith(f"run={name} ")] == [
+            f"run={name} stages={s} gpu={gpu} ray=127.0.0.1:{6390 + gpu}" for s in ("grpo", "merge", "eval")]
+    second, calls = _drive(tmp_path / "games", gpus=4, names=("g",), PARALLEL="1", GPU_OFFSET="3")
+    assert second.returncode == 0, second.stderr
+    assert calls == ["run=base stages=model export sft hf gpu=3 ray=unset"] + [
+        f"run=g stages={s} gpu=3 ray=127.0.0.1:6393" for s in ("grpo", "merge", "eval")]

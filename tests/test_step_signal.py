@@ -329,8 +329,8 @@ def test_train_scripts_load_the_module_unless_off_and_pass_abort():
     assert signal_alarm.MODE_VAR not in default and abort[signal_alarm.MODE_VAR] == "abort"
     assert "step_signal" not in off.get("VERL_USE_EXTERNAL_MODULES", "")
     assert runtime_env_modules(VERL_USE_EXTERNAL_MODULES="my.mod", SIGNAL_CHECK="warn", ROLLOUT_WORKER_START="spawn",
-                               OLD_LOG_PROB_PASS="always", GC_FREEZE="0", ACTOR_FSDP="on", LM_HEAD_POSITIONS="all") \
-        == "my.mod,verl_ext.patches.step_signal"
+                               OLD_LOG_PROB_PASS="always", GC_FREEZE="0", ACTOR_FSDP="on", LM_HEAD_POSITIONS="all",
+                               GRPO_TIED_GROUPS="verl") == "my.mod,verl_ext.patches.step_signal"
     bad = subprocess.run(["bash", str(TESTS.parent / "train/scripts/openspiel-ppo.sh"), "--dry-run"],
                          capture_output=True, text=True, env={**os.environ, "SIGNAL_CHECK": "loud"})
     assert bad.returncode == 2 and "SIGNAL_CHECK must be one of: warn abort off; got 'loud'" in bad.stderr
