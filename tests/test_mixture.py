@@ -149,3 +149,46 @@ def test_subsample_is_seeded_and_keeps_order():
     assert a == b and len(a) == 7
     assert [refs.index(r) for r in a] == sorted(refs.index(r) for r in a)
     assert subsample(refs, -1, 0) == refs
+
+
+def test_tactical_training_positions_have_a_win_or_a_block_and_validation_is_unchanged():
+    from verl_ext.envs.tactics import one_ply
+
+    def mixture(**extra):
+        return EnvMixture({"openspiel": {"cases": ["tic_tac_toe", "connect_four"], "num_tasks_per_case": 300,
+                                         "task_mode": "mixed", "game_share": 0.2},
+                           "logic": {"cases": {"chain_sum": {"min_terms": 2, "max_terms": 2, "max_digits": 2}},
+                                     "num_tasks_per_case": 50},
+                           "val_tasks_per_case": 20, **extra})
+
+    everything, tactical = mixture(), mixture(train_positions="tactical", train_part="rl")
+    kinds = Counter()
+    for ref in tactical.plan("train"):
+        task = tactical.build(ref)
+        if ref.env == "logic" or task.info.get("mode") == "game":
+            kinds[ref.env, task.info.get("mode")] += 1  # puzzles and whole-game rows are kept as they are
+            continue
+        tactics = one_ply(task.case, task.state)
+        assert tactics.win_available or tactics.must_block, task.messages
+        kinds["position"] += 1
+    unfiltered = Counter((r.env, everything.build(r).info.get("mode")) for r in everything.plan("train"))
+    assert kinds["logic", None] == unfiltered["logic", None] and kinds["openspiel", "game"] > 20
+    assert kinds["position"] + kinds["openspiel", "game"] == unfiltered["openspiel", None] + unfiltered["openspiel", "game"]
+    assert tactical.plan("val") == everything.plan("val")  # held-out positions stay all positions
+    assert Counter(r.case for r in tactical.plan("train")) == Counter(r.case for r in everything.plan("train"))
+    positions = {content for content in _contents(tactical, "train") if content[1] is not None}  # games: by seed
+    assert positions and not positions & set(_contents(everything, "val"))
+    # in the unfiltered plan many positions have neither: the filter is what makes the difference
+    plain = [everything.build(r) for r in everything.plan("train") if r.env == "openspiel"]
+    flags = [one_ply(t.case, t.state) for t in plain if t.info.get("mode") != "game"]
+    assert sum(not (f.win_available or f.must_block) for f in flags) > 100
+
+
+def test_train_positions_settings_are_checked():
+    with pytest.raises(ConfigError, match=r"data\.env\.train_positions: expected one of all, tactical .* 'tactics'"):
+        EnvMixture(_section(train_positions="tactics"))
+    with pytest.raises(ConfigError, match=r"data\.env\.train_positions: 'tactical' .* case 'kuhn_poker' is not one"):
+        EnvMixture({"openspiel": {"cases": ["tic_tac_toe", "kuhn_poker"]}, "train_positions": "tactical"})
+    with pytest.raises(ConfigError, match=r"data\.env\.train_positions: 'tactical' filters the openspiel env's "
+                                          r"positions, and no openspiel env is configured"):
+        EnvMixture({"logic": {"cases": ["chain_sum"]}, "train_positions": "tactical"})

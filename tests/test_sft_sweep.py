@@ -268,19 +268,36 @@ def test_the_split_run_keeps_grpo_off_the_cold_starts_positions(tmp_path):
     assert "train_part" not in shared.data.env
 
 
+def _split_arm_configs(tmp_path, *names: str) -> list[dict]:
+    """The composed GRPO config (a plain dict, pre-flight checked) of each run file ``names`` after the split cold
+    start."""
+    configs = []
+    for name in names:
+        stages = _driver_dry_run(tmp_path, RUNS / "smollm2-split-base.env", RUNS / f"{name}.env")
+        cfg = compose("ppo_trainer", overrides_of(stages["grpo"][0]))
+        assert check_ppo(cfg, check_imports=False) == [], name
+        configs.append(OmegaConf.to_container(cfg))
+    return configs
+
+
 def test_the_dr_grpo_arm_differs_from_the_split_run_in_the_std_division_and_kl_only(tmp_path):
     """smollm2-split-drgrpo-grpo100.env: the split run without the std division (Dr. GRPO), its KL anchor scaled
     0.1 -> 0.02 with the smaller policy-gradient loss (docs/runs/2026-11-27-cpu-advantage-pull/)."""
-    base = RUNS / "smollm2-split-base.env"
-    configs = {}
-    for name in ("smollm2-split-grpo100", "smollm2-split-drgrpo-grpo100"):
-        stages = _driver_dry_run(tmp_path, base, RUNS / f"{name}.env")
-        configs[name] = compose("ppo_trainer", overrides_of(stages["grpo"][0]))
-        assert check_ppo(configs[name], check_imports=False) == []
-    split, dr_grpo = (OmegaConf.to_container(configs[n]) for n in configs)
+    split, dr_grpo = _split_arm_configs(tmp_path, "smollm2-split-grpo100", "smollm2-split-drgrpo-grpo100")
     assert split["algorithm"]["norm_adv_by_std_in_grpo"] is True
     assert dr_grpo["algorithm"]["norm_adv_by_std_in_grpo"] is False
     assert dr_grpo["actor_rollout_ref"]["actor"]["kl_loss_coef"] == 0.02
     dr_grpo["algorithm"]["norm_adv_by_std_in_grpo"] = True
     dr_grpo["actor_rollout_ref"]["actor"]["kl_loss_coef"] = 0.1
     assert split == dr_grpo
+
+
+def test_the_tactical_arm_differs_from_the_split_run_in_its_training_positions_only(tmp_path):
+    """smollm2-split-tactical-grpo100.env: the split run on positions with a win or a block only
+    (data.env.train_positions=tactical, in the signal check and GRPO; the cold start is the split one)."""
+    split, tactical = _split_arm_configs(tmp_path, "smollm2-split-grpo100", "smollm2-split-tactical-grpo100")
+    assert "train_positions" not in split["data"]["env"]
+    assert tactical["data"]["env"].pop("train_positions") == "tactical"
+    assert split == tactical
+    base_stages = _driver_dry_run(tmp_path, RUNS / "smollm2-split-base.env", None)
+    assert "train_positions" not in " ".join(base_stages["export"][0])  # the cold start keeps every position

@@ -34,6 +34,9 @@ TRAIN_PARTS = ("all", "cold_start", "rl")
 DEFAULT_COLD_START_SHARE = 0.5
 # A case whose content space is small stops the search for validation tasks after this many draws per task.
 DRAWS_PER_VAL_TASK = 200
+# a filtered training plan may draw this many times as many tasks (the tactical filter keeps ~40 % of connect_four
+# positions)
+FILTER_DRAWS = 5
 
 
 def content_key(task: Task) -> str | None:
@@ -101,9 +104,11 @@ def check_share(value: object, where: str) -> float:
 
 def training_seeds(case: str, pool: int, first_seed: int, share: float,
                    make: Callable[[int, int], Task], part: str = "all",
-                   cold_start_share: float = DEFAULT_COLD_START_SHARE) -> list[int]:
+                   cold_start_share: float = DEFAULT_COLD_START_SHARE,
+                   keep: Callable[[Task], bool] | None = None) -> list[int]:
     """Seeds of the ``pool`` training tasks of ``case``: in order from ``first_seed``, held-out contents skipped,
-    and with ``part`` ``cold_start`` or ``rl`` also the contents of the other training part.
+    with ``part`` ``cold_start`` or ``rl`` also the contents of the other training part, and with ``keep`` the
+    tasks it refuses (``verl_ext/train_positions.py``).
 
     ``make(index, seed)`` builds the task that pool position ``index`` would get.
     """
@@ -114,14 +119,18 @@ def training_seeds(case: str, pool: int, first_seed: int, share: float,
     seeds: list[int] = []
     seed = first_seed
     # about twice the draws a case of any size needs (a small case's contents can weigh more than their share)
-    limit = first_seed + max(4 * pool, int(2 * pool / kept)) + 1000
+    limit = first_seed + (max(4 * pool, int(2 * pool / kept)) + 1000) * (1 if keep is None else FILTER_DRAWS)
     while len(seeds) < pool:
         if seed >= limit:
             where = "outside the held-out share" if part == "all" else f"in training part {part!r}"
+            if keep is not None:
+                where += " that the train_positions filter keeps"
             raise ConfigError(f"case {case}: only {len(seeds)} of {pool} training tasks {where} (held_out_share "
                               f"{share}, cold_start_share {cold_start_share}) in {seed - first_seed} draws")
-        key = content_key(make(len(seeds), seed))
-        if key is None or training_part(case, key, share, cold_start_share) in wanted:
+        task = make(len(seeds), seed)
+        key = content_key(task)
+        if (key is None or training_part(case, key, share, cold_start_share) in wanted) and (
+                keep is None or keep(task)):
             seeds.append(seed)
         seed += 1
     return seeds

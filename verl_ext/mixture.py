@@ -11,6 +11,7 @@ Settings live under ``data.env`` (set with ``+data.env.<env>.<key>=...`` Hydra o
     data.env.held_out_share: 0.1                        # share of task contents never trained on (held_out.py)
     data.env.train_part: rl                             # train on one part of the training contents (all | cold_start | rl)
     data.env.cold_start_share: 0.5                      # the cold start's part of the training contents
+    data.env.train_positions: tactical                  # single-move training positions: all | tactical (train_positions.py)
     data.env.system_prompt: "You play board games."     # optional system message, every env (envs/system_prompt.py)
 """
 
@@ -30,12 +31,13 @@ from .envs.system_prompt import check_system_prompt, system_prompt_of, with_syst
 from .games import GAME_AGENT_NAME, SINGLE_TURN_AGENT_NAME
 from .held_out import (DEFAULT_COLD_START_SHARE, DEFAULT_HELD_OUT_SHARE, check_cold_start_share, check_share,
                        check_train_part, training_seeds, validation_indices)
+from .train_positions import FILTERED_ENV, check_cases, check_train_positions, position_filter
 
 SPLITS = ("train", "val")
 # Validation tasks use indices from here on, so their seeds never meet a training task's.
 VAL_INDEX_OFFSET = 1_000_000
 MIXTURE_KEYS = ("weights", "size", "val_tasks_per_case", "held_out_share", "train_part", "cold_start_share",
-                SYSTEM_PROMPT_KEY)
+                "train_positions", SYSTEM_PROMPT_KEY)
 
 
 @dataclass(frozen=True)
@@ -104,6 +106,13 @@ class EnvMixture:
         self.train_part = check_train_part(section.get("train_part", "all"), f"{where}.train_part")
         self.cold_start_share = check_cold_start_share(section.get("cold_start_share", DEFAULT_COLD_START_SHARE),
                                                        f"{where}.cold_start_share")
+        self.train_positions = check_train_positions(section.get("train_positions", "all"),
+                                                     f"{where}.train_positions")
+        if self.train_positions != "all":
+            if FILTERED_ENV not in self.adapters:
+                raise ConfigError(f"{where}.train_positions: {self.train_positions!r} filters the {FILTERED_ENV} env's "
+                                  f"positions, and no {FILTERED_ENV} env is configured")
+            check_cases(self.adapters[FILTERED_ENV].cases(), f"{where}.train_positions")
         self._where = where
         self._plans: dict[str, list[TaskRef]] = {}
 
@@ -182,7 +191,8 @@ class EnvMixture:
             adapter = self.adapters[env]
             seeds = training_seeds(case, min(pool, count), self.seed(env, 0), self.held_out_share,
                                    lambda index, seed, a=adapter, c=case: a.make_task(c, index, seed),
-                                   self.train_part, self.cold_start_share)
+                                   self.train_part, self.cold_start_share,
+                                   position_filter(self.train_positions, env))
             # More rows than the pool holds repeat tasks (up-weighting), never invent new ones.
             refs += [TaskRef(env, case, j % len(seeds), seeds[j % len(seeds)]) for j in range(count)]
         return refs

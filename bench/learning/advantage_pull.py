@@ -127,12 +127,12 @@ def tied_group_noise(rewards: list[float], n: int) -> dict[str, Any]:
 
 
 def analyse(case: str, positions: int, policies: list[str], groups: int, n: int, seed: int,
-            rewards: tuple[str, ...] = ("engine",)) -> dict[str, Any]:
+            rewards: tuple[str, ...] = ("engine",), train_positions: str = "all") -> dict[str, Any]:
     """The push of GRPO's advantages per reward, policy and std setting over ``positions`` distinct training
     positions. "Towards the best move" always means the engine's best move(s), whatever the reward pays."""
     settings = {"openspiel": {"game_types": [case], "seed": 0, "reward_mode": "engine",
                               "num_tasks_per_case": 10 * positions},
-                "held_out_share": 0.2, "val_tasks_per_case": positions}
+                "held_out_share": 0.2, "val_tasks_per_case": positions, "train_positions": train_positions}
     tasks = training_tasks(EnvMixture(settings), "openspiel")[:positions]
     engine = make_env("openspiel", {"game_types": [case], "reward_mode": "engine"})
     format_weight = engine.config.format_weight
@@ -148,7 +148,8 @@ def analyse(case: str, positions: int, policies: list[str], groups: int, n: int,
 
     favourite = max(actions_seen, key=fixed_move_score)
     rng = np.random.default_rng(seed)
-    out: dict[str, Any] = {"case": case, "positions": len(tasks), "groups_per_position": groups, "n": n,
+    out: dict[str, Any] = {"case": case, "positions": len(tasks), "train_positions": train_positions,
+                           "groups_per_position": groups, "n": n,
                            "favourite_action": favourite,
                            "favourite_move": next(text for task in tasks for text, action in
                                                   engine.move_actions(case, task.state).items() if action == favourite),
@@ -203,7 +204,8 @@ def analyse(case: str, positions: int, policies: list[str], groups: int, n: int,
 def print_table(result: dict[str, Any]) -> None:
     """The result as a markdown table."""
     classes = result["position_classes"]
-    print(f"{result['case']}: {result['positions']} training positions (flat {classes['flat']}, middle "
+    kept = "" if result.get("train_positions", "all") == "all" else f" ({result['train_positions']} only)"
+    print(f"{result['case']}: {result['positions']} training positions{kept} (flat {classes['flat']}, middle "
           f"{classes['middle']}, decisive {classes['decisive']}); favourite = action {result['favourite_action']} "
           f"({result['favourite_is_best']} positions where it is a best move); {result['groups_per_position']} "
           f"groups of {result['n']} per position")
@@ -244,7 +246,8 @@ def plot(results: list[dict[str, Any]], out_png: Path) -> None:
                     label=f"towards the favourite ({result['favourite_move']})")
             ax.set_xlim(0, 1.02)
             ax.invert_yaxis()
-            ax.set_title(f"{result['case']}: {result['positions']} training positions")
+            kept = "" if result.get("train_positions", "all") == "all" else f", {result['train_positions']} only"
+            ax.set_title(f"{result['case']}: {result['positions']} training positions{kept}")
             ax.set_xlabel("share of the push (half the L1 norm, summed over positions)")
             ax.tick_params(axis="y", labelsize=7)
             ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=3)
@@ -258,6 +261,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="uniform | favourite:Q (repeatable; default: uniform)")
     parser.add_argument("--reward", dest="rewards", action="append",
                         help="engine | best:TOL (repeatable; default: engine)")
+    parser.add_argument("--train-positions", default="all", choices=("all", "tactical"),
+                        help="data.env.train_positions: every training position, or those with a win or a block")
     parser.add_argument("--groups", type=int, default=64, help="sampled groups per position")
     parser.add_argument("--n", type=int, default=8, help="replies per group (ROLLOUT_N)")
     parser.add_argument("--seed", type=int, default=0)
@@ -272,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
     for spec in args.policies or []:
         parse_policy(spec)
     result = analyse(args.case, args.positions, args.policies or ["uniform"], args.groups, args.n, args.seed,
-                     tuple(args.rewards or ["engine"]))
+                     tuple(args.rewards or ["engine"]), args.train_positions)
     print_table(result)
     if args.out:
         args.out.write_text(json.dumps(result, indent=1) + "\n")

@@ -22,7 +22,7 @@
 # (a time limit, a lost node) is simply run again: SFT and GRPO resume from their last checkpoint.
 # --dry-run prints what each stage would run (the verl commands via the train scripts' own --dry-run).
 # Knobs (environment, defaults below; docs/learning.md): RUN_DIR MODEL MODEL_WHEEL COLD_START GAME_TYPES
-# LOGIC_CASES ENV_OVERRIDES COLD_START_CONTENTS COLD_START_SHARE GRPO_TRAIN_PART MODEL_SHAPE SFT_TASKS_PER_CASE SFT_GAME_SHARE VAL_TASKS_PER_CASE EXPORT_JOBS SFT_EPOCHS SFT_LR
+# LOGIC_CASES ENV_OVERRIDES COLD_START_CONTENTS COLD_START_SHARE GRPO_TRAIN_PART GRPO_POSITIONS MODEL_SHAPE SFT_TASKS_PER_CASE SFT_GAME_SHARE VAL_TASKS_PER_CASE EXPORT_JOBS SFT_EPOCHS SFT_LR
 # SFT_BATCH_SIZE SIGNAL_PROMPTS GRPO_STEPS GRPO_LORA GRPO_LR GRPO_REWARD_MODE GRPO_SAVE_FREQ GRPO_KEEP_CHECKPOINTS
 # GRPO_TEST_FREQ CURVE_EVERY EVAL_SUITES EVAL_GAMES EVAL_OPPONENTS EVAL_GAME_CONTEXT EVAL_ILLEGAL_RETRIES EVAL_BASE_MODEL EVAL_GRPO_MODEL EVAL_TRAINING_POSITIONS EVAL_BACKEND
 # EVAL_GENERATION_LENGTH EVAL_TEMPERATURE; any train-script knob
@@ -194,6 +194,12 @@ if [[ "$COLD_START_CONTENTS" == split ]]; then
   SFT_PART_SETS=(--set train_part=cold_start --set "cold_start_share=$COLD_START_SHARE")
   RL_PART_KV=("train_part=$GRPO_TRAIN_PART" "cold_start_share=$COLD_START_SHARE")
 fi
+# GRPO_POSITIONS=tactical: the signal check and GRPO keep only single-move positions where the player to move can
+# win at once or must block (data.env.train_positions, verl_ext/train_positions.py): the cold start and the
+# held-out positions are unchanged. all (default): every position.
+: "${GRPO_POSITIONS:=all}"
+require_choice GRPO_POSITIONS "$GRPO_POSITIONS" all tactical
+[[ "$GRPO_POSITIONS" == all ]] || RL_PART_KV+=("train_positions=$GRPO_POSITIONS")
 RL_PART_SETS=()
 for kv in ${RL_PART_KV[@]+"${RL_PART_KV[@]}"}; do RL_PART_SETS+=(--set "$kv"); done
 # scoring settings of the games, shared by signal, GRPO and eval
