@@ -192,3 +192,5 @@ def test_train_positions_settings_are_checked():
     with pytest.raises(ConfigError, match=r"data\.env\.train_positions: 'tactical' filters the openspiel env's "
                                           r"positions, and no openspiel env is configured"):
         EnvMixture({"logic": {"cases": ["chain_sum"]}, "train_positions": "tactical"})
+    with pytest.raises(ConfigError, match=r"task_mode is 'game' \(whole games only\): nothing to filter"):
+        EnvMixture({"openspiel": {"cases": ["tic_tac_toe"], "task_mode": "game"}, "train_positions": "tactical"})

@@ -112,7 +112,11 @@ class EnvMixture:
             if FILTERED_ENV not in self.adapters:
                 raise ConfigError(f"{where}.train_positions: {self.train_positions!r} filters the {FILTERED_ENV} env's "
                                   f"positions, and no {FILTERED_ENV} env is configured")
-            check_cases(self.adapters[FILTERED_ENV].cases(), f"{where}.train_positions")
+            positions = self.adapters[FILTERED_ENV]
+            if getattr(positions.config, "task_mode", "move") == "game":
+                raise ConfigError(f"{where}.train_positions: {self.train_positions!r} filters single-move positions, "
+                                  f"and {where}.{FILTERED_ENV}.task_mode is 'game' (whole games only): nothing to filter")
+            check_cases(positions.cases(), f"{where}.train_positions")
         self._where = where
         self._plans: dict[str, list[TaskRef]] = {}
 
