@@ -84,8 +84,16 @@ def test_the_single_move_suite_reports_tactics_per_model_and_the_line(tmp_path):
             tactics = results["models"][model]["single_move"]["cases"][case]["tactics"]
             assert tactics["win_taken"]["n"] == line["win_positions"]
             assert tactics["blocked"]["n"] == line["block_positions"]
+            # the engine score split into positions with a win or a block and the rest: the two parts make the whole
+            single = results["models"][model]["single_move"]["cases"][case]
+            tactical, quiet = tactics["engine_where_tactical"], tactics["engine_elsewhere"]
+            assert tactical["n"] == line["win_positions"] + line["block_positions"]
+            assert tactical["n"] + quiet["n"] == single["n"]
+            assert (tactical["mean"] * tactical["n"] + quiet["mean"] * quiet["n"]) / single["n"] == pytest.approx(
+                single["engine_score"])
     md = (out / "results.md").read_text()
-    assert "Tactics line" in md and "| case | first: took the win | first: blocked |" in md
+    assert "Tactics line" in md and ("| case | first: took the win | first: blocked | first: engine, win or block | "
+                                     "first: engine, elsewhere |") in md
 
 
 def test_the_reward_reports_each_replys_tactics_and_never_changes_the_score():

@@ -59,10 +59,14 @@ def test_passes_give_engine_score_favourite_and_tactics_per_case(tmp_path, capsy
     assert second["favourite"] == "answer id 9.0"  # no kept reply shows its text
     assert second["took_win"]["rate"] == 1.0 and second["blocked"]["rate"] == 1.0
     assert by_key[(0, "connect_four")]["took_win"]["rate"] is None  # no chance to win: no rate
+    # the engine score where a win or a block is on the board (0.5 over 3 rows here) and elsewhere (none)
+    assert first["engine_tactical"]["mean"] == pytest.approx(0.5) and first["engine_quiet"]["mean"] is None
+    quiet = by_key[(0, "connect_four")]
+    assert quiet["engine_quiet"]["mean"] == pytest.approx(0.8) and quiet["engine_tactical"]["n"] == 0
     table = capsys.readouterr().out
     assert table == out.with_suffix(".md").read_text()
     assert out.with_suffix(".png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"  # the curves with their intervals
-    assert "| 20 | tic_tac_toe | 2 | 1.000" in table and "| - |" in table
+    assert "| 20 | tic_tac_toe | 2 | 1.000 [1.000, 1.000] | 1.000 [1.000, 1.000] | - |" in table
 
 
 def test_a_log_without_validation_rows_is_refused(tmp_path, capsys):

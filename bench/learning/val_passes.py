@@ -4,8 +4,9 @@ verl validates greedily on the held-out prompts before training and every ``trai
 metrics file keeps only each case's mean reward (format shaping included). The sample log keeps every validation
 reply with its pass number (``block``), so this reads per pass and case: the engine score (``task_score``, illegal
 = 0: the number ``verl-ext eval`` reports) with its normal 95 % interval, the legal rate, the favourite reply's
-share, and the one-ply tactics (where a win is on the board, the share of replies that take it; where the
-opponent threatens one, the share that block it) with Wilson intervals. When the log records each task's seed
+share, the engine score on the positions with a one-ply tactic and on the rest, and the one-ply tactics (where a
+win is on the board, the share of replies that take it; where the opponent threatens one, the share that block it)
+with Wilson intervals. When the log records each task's seed
 (since 2026-11-27), it also pairs every later pass with the first on the same positions: the change in engine
 score with its interval, and how many positions got better or worse.
 
@@ -60,9 +61,13 @@ def summarise(rows: list[dict[str, Any]], test_freq: int, texts: dict[tuple[Any,
         favourite = texts.get((case, favourite_id), f"answer id {favourite_id}")
         wins = [r for r in group if r.get("win_chance")]
         blocks = [r for r in group if r.get("block_chance")]
+        quiet = [r for r in group if not r.get("win_chance") and not r.get("block_chance")]
         records.append({
             "pass": block, "step": (block - 1) * test_freq if block else None, "case": case, "n": len(group),
             "engine": mean_interval([float(r.get("task_score") or 0.0) for r in group]),
+            # where a win or a block is on the board (what train_positions=tactical trains on), and elsewhere
+            "engine_tactical": mean_interval([float(r.get("task_score") or 0.0) for r in wins + blocks]),
+            "engine_quiet": mean_interval([float(r.get("task_score") or 0.0) for r in quiet]),
             "legal": proportion(sum(1 for r in group if r.get("valid")), len(group)),
             "favourite": favourite, "favourite_share": count / max(1, sum(replies.values())),
             "took_win": proportion(sum(1 for r in wins if r.get("win_taken")), len(wins)),
@@ -119,6 +124,8 @@ def _rate(p: dict[str, Any]) -> str:
 
 
 def _mean(m: dict[str, Any]) -> str:
+    if m["mean"] is None:  # no rows of this kind
+        return "-"
     if m["ci_low"] is None:  # one row: no interval
         return f"{m['mean']:.3f}"
     return f"{m['mean']:.3f} [{m['ci_low']:.3f}, {m['ci_high']:.3f}]"
@@ -126,10 +133,12 @@ def _mean(m: dict[str, Any]) -> str:
 
 def to_markdown(records: list[dict[str, Any]]) -> str:
     """A table with one row per (pass, case)."""
-    lines = ["| step | case | n | engine score [95 %] | legal % | favourite answer (share of legal replies) | "
-             "took the win % [95 %] (chances) | blocked % [95 %] (threats) |", "|---" * 8 + "|"]
+    lines = ["| step | case | n | engine score [95 %] | on positions with a win or a block | elsewhere | legal % | "
+             "favourite answer (share of legal replies) | took the win % [95 %] (chances) | "
+             "blocked % [95 %] (threats) |", "|---" * 10 + "|"]
     for r in records:
         lines.append(f"| {r['step']} | {r['case']} | {r['n']} | {_mean(r['engine'])} | "
+                     f"{_mean(r['engine_tactical'])} | {_mean(r['engine_quiet'])} | "
                      f"{100 * r['legal']['rate']:.1f} | `{r['favourite']}` "
                      f"({100 * r['favourite_share']:.0f} %) | {_rate(r['took_win'])} | {_rate(r['blocked'])} |")
     return "\n".join(lines) + "\n"

@@ -153,12 +153,21 @@ def _tactics_table(results: dict[str, Any], names: list[str]) -> list[str]:
     cases = [case for case, r in first.items() if "tactics" in r]
     if not cases:
         return []
-    header = ["case"] + [f"{m}: {k}" for m in names for k in ("took the win", "blocked")]
-    rows = [[case] + [_rate_ci(results["models"][m]["single_move"]["cases"][case]["tactics"][k])
-                      for m in names for k in ("win_taken", "blocked")] for case in cases]
+    header = ["case"] + [f"{m}: {k}" for m in names
+                         for k in ("took the win", "blocked", "engine, win or block", "engine, elsewhere")]
+    rows = []
+    for case in cases:
+        row = [case]
+        for m in names:
+            tactics = results["models"][m]["single_move"]["cases"][case]["tactics"]
+            row += [_rate_ci(tactics["win_taken"]), _rate_ci(tactics["blocked"])]
+            row += [_engine({"engine_score": tactics[k]["mean"], "engine_score_ci": tactics[k]}) if k in tactics
+                    else "-" for k in ("engine_where_tactical", "engine_elsewhere")]  # results before 2026-11-27: -
+        rows.append(row)
     return (["One-ply tactics: where a move wins at once, the share of replies that play a winning move; where "
              "the opponent threatens to win at once (and no win is on the board), the share that avoid every move "
-             "letting it win.", ""] + _table(header, rows) + [""])
+             "letting it win; the engine score on the positions with a win or a block (what "
+             "`train_positions=tactical` trains on) and on the rest.", ""] + _table(header, rows) + [""])
 
 
 def markdown(results: dict[str, Any]) -> str:

@@ -111,6 +111,8 @@ class _CaseTally:
     wins_taken: int = 0
     block_chances: int = 0  # positions where some moves let the opponent win at once and others do not
     blocks_made: int = 0
+    engine_tactical: list[float] = field(default_factory=list)  # engine scores where a win or a block is on the board
+    engine_quiet: list[float] = field(default_factory=list)  # and where neither is
 
     def count_tactics(self, tactics: OnePly, action: int | None) -> None:
         """One position's one-ply tactics and the reply's action (None: no legal move), counted as the reward's
@@ -139,7 +141,10 @@ class _CaseTally:
         }
         if tactics:  # took the win where there was one; avoided the losing moves where a block was needed
             out["tactics"] = {"win_taken": proportion(self.wins_taken, self.win_chances, confidence),
-                              "blocked": proportion(self.blocks_made, self.block_chances, confidence)}
+                              "blocked": proportion(self.blocks_made, self.block_chances, confidence),
+                              # the engine score on the positions train_positions=tactical trains on, and the rest
+                              "engine_where_tactical": mean_interval(self.engine_tactical, confidence),
+                              "engine_elsewhere": mean_interval(self.engine_quiet, confidence)}
         if with_samples:
             out["samples"] = self.samples
             # per position, in the eval's fixed task order: paired comparisons between models (paired.py)
@@ -174,6 +179,9 @@ def evaluate_single_move(policy: Policy, mixture: EnvMixture, engine: EnvAdapter
         engine_value = None
         if engine is not None and task.case not in engine_skipped:
             engine_value = engine.score(task.case, task.state, reply).task_score if result.valid else 0.0
+            if tactics is not None:
+                tactical = tactics.win_available or tactics.must_block
+                (tallies[task.case].engine_tactical if tactical else tallies[task.case].engine_quiet).append(engine_value)
         if action is not None:
             tally = tallies[task.case]
             tally.actions[action] += 1
