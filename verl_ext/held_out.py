@@ -107,8 +107,8 @@ def training_seeds(case: str, pool: int, first_seed: int, share: float,
                    cold_start_share: float = DEFAULT_COLD_START_SHARE,
                    keep: Callable[[Task], bool] | None = None) -> list[int]:
     """Seeds of the ``pool`` training tasks of ``case``: in order from ``first_seed``, held-out contents skipped,
-    with ``part`` ``cold_start`` or ``rl`` also the contents of the other training part, and with ``keep`` the
-    tasks it refuses (``verl_ext/train_positions.py``).
+    with ``part`` ``cold_start`` or ``rl`` also the contents of the other training part, and with ``keep`` also
+    the tasks for which it returns False (``verl_ext/train_positions.py``).
 
     ``make(index, seed)`` builds the task that pool position ``index`` would get.
     """
