@@ -301,3 +301,17 @@ def test_the_tactical_arm_differs_from_the_split_run_in_its_training_positions_o
     assert split == tactical
     base_stages = _driver_dry_run(tmp_path, RUNS / "smollm2-split-base.env", None)
     assert "train_positions" not in " ".join(base_stages["export"][0])  # the cold start keeps every position
+
+
+def test_the_group_filtering_arm_uses_verls_sampler_and_differs_from_the_split_run_in_that_only(tmp_path):
+    """smollm2-split-filter-grpo100.env: the split run with DAPO's dynamic sampling (algorithm.filter_groups on the
+    canonical reward), which verl gives its own sampler only: the poll sampler is off (ROLLOUT_POLL_INTERVAL=off)."""
+    split, filtered = _split_arm_configs(tmp_path, "smollm2-split-grpo100", "smollm2-split-filter-grpo100")
+    assert filtered["algorithm"]["filter_groups"]["enable"] is True
+    assert filtered["algorithm"]["filter_groups"]["metric"] == "reward"
+    assert split["trainer"]["v1"]["sampler"]["custom_sampler"]["path"]  # the split run polls every 0.02 s
+    assert not filtered["trainer"]["v1"]["sampler"]["custom_sampler"].get("path")
+    for cfg in (split, filtered):
+        cfg["algorithm"].pop("filter_groups")
+        cfg["trainer"]["v1"].pop("sampler")
+    assert split == filtered
