@@ -31,7 +31,7 @@ from .envs.system_prompt import check_system_prompt, system_prompt_of, with_syst
 from .games import GAME_AGENT_NAME, SINGLE_TURN_AGENT_NAME
 from .held_out import (DEFAULT_COLD_START_SHARE, DEFAULT_HELD_OUT_SHARE, check_cold_start_share, check_share,
                        check_train_part, training_seeds, validation_indices)
-from .train_positions import FILTERED_ENV, check_cases, check_train_positions, position_filter
+from .train_positions import check_train_positions, position_filter
 
 SPLITS = ("train", "val")
 # Validation tasks use indices from here on, so their seeds never meet a training task's.
@@ -106,17 +106,8 @@ class EnvMixture:
         self.train_part = check_train_part(section.get("train_part", "all"), f"{where}.train_part")
         self.cold_start_share = check_cold_start_share(section.get("cold_start_share", DEFAULT_COLD_START_SHARE),
                                                        f"{where}.cold_start_share")
-        self.train_positions = check_train_positions(section.get("train_positions", "all"),
+        self.train_positions = check_train_positions(section.get("train_positions", "all"), self.adapters,
                                                      f"{where}.train_positions")
-        if self.train_positions != "all":
-            if FILTERED_ENV not in self.adapters:
-                raise ConfigError(f"{where}.train_positions: {self.train_positions!r} filters the {FILTERED_ENV} env's "
-                                  f"positions, and no {FILTERED_ENV} env is configured")
-            positions = self.adapters[FILTERED_ENV]
-            if getattr(positions.config, "task_mode", "move") == "game":
-                raise ConfigError(f"{where}.train_positions: {self.train_positions!r} filters single-move positions, "
-                                  f"and {where}.{FILTERED_ENV}.task_mode is 'game' (whole games only): nothing to filter")
-            check_cases(positions.cases(), f"{where}.train_positions")
         self._where = where
         self._plans: dict[str, list[TaskRef]] = {}
 

@@ -11,9 +11,9 @@ positions, puzzles and whole-game rows are kept as they are.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
-from .envs import Task
+from .envs import EnvAdapter, Task
 from .envs.config import ConfigError
 from .envs.tactics import has_tactics, one_ply
 
@@ -21,21 +21,28 @@ TRAIN_POSITIONS = ("all", "tactical")
 FILTERED_ENV = "openspiel"
 
 
-def check_train_positions(value: object, where: str) -> str:
-    """``train_positions`` as one of ``TRAIN_POSITIONS``."""
+def check_train_positions(value: object, adapters: Mapping[str, EnvAdapter], where: str) -> str:
+    """``train_positions`` as one of ``TRAIN_POSITIONS``, refused by name where the configured ``adapters`` have
+    no positions it could filter."""
     if value not in TRAIN_POSITIONS:
         raise ConfigError(f"{where}: expected one of {', '.join(TRAIN_POSITIONS)} (which single-move training "
                           f"positions to keep), got {value!r}")
-    return str(value)
-
-
-def check_cases(cases: list[str], where: str) -> None:
-    """ConfigError naming the first of ``cases`` that has no one-ply tactics (``tactical`` needs them all)."""
-    for case in cases:
+    if value == "all":
+        return "all"
+    if FILTERED_ENV not in adapters:
+        raise ConfigError(f"{where}: {value!r} filters the {FILTERED_ENV} env's positions, and no {FILTERED_ENV} env "
+                          f"is configured")
+    positions = adapters[FILTERED_ENV]
+    if getattr(positions.config, "task_mode", "move") == "game":
+        env_where = where.rsplit(".", 1)[0]
+        raise ConfigError(f"{where}: {value!r} filters single-move positions, and {env_where}.{FILTERED_ENV}.task_mode "
+                          f"is 'game' (whole games only): nothing to filter")
+    for case in positions.cases():  # tactical needs every case to have one-ply tactics
         if not has_tactics(case):
             raise ConfigError(f"{where}: 'tactical' keeps positions with an immediate win or a threat to block, "
                               f"which only two-player games of perfect information have; case {case!r} is not one "
                               f"(use train_positions=all, or leave {case!r} out)")
+    return str(value)
 
 
 def is_tactical(task: Task) -> bool:
@@ -44,7 +51,7 @@ def is_tactical(task: Task) -> bool:
     if task.info.get("mode") == "game":
         return True
     tactics = one_ply(task.case, task.state)
-    return tactics is not None and (tactics.win_available or tactics.must_block)
+    return tactics is not None and tactics.has_tactic
 
 
 def position_filter(setting: str, env: str) -> Callable[[Task], bool] | None:

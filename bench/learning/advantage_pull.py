@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import time
 from pathlib import Path
 from typing import Any
@@ -34,7 +33,8 @@ import numpy as np
 import torch
 
 from verl_ext.envs import make_env
-from verl_ext.evaluation.single_move import training_tasks
+from verl_ext.evaluation.single_move import fixed_move_baselines, training_tasks
+from verl_ext.group_stats import EQUAL_REWARDS
 from verl_ext.mixture import EnvMixture
 
 # how far apart a position's best and worst legal moves are (task-score units) decides its class
@@ -105,7 +105,7 @@ def group_pushes(rewards: np.ndarray, choices: np.ndarray, moves: int, norm_by_s
     per_reply = advantages[:, 0].numpy().reshape(groups, n)
     push = np.zeros(moves)
     np.add.at(push, choices.reshape(-1), per_reply.reshape(-1))
-    with_signal = int(np.sum(rewards.max(axis=1) - rewards.min(axis=1) > 1e-9))
+    with_signal = int(np.sum(rewards.max(axis=1) - rewards.min(axis=1) > EQUAL_REWARDS))  # group_stats.rewards_differ
     return push / groups, with_signal
 
 
@@ -139,22 +139,15 @@ def analyse(case: str, positions: int, policies: list[str], groups: int, n: int,
     started = time.perf_counter()
     tables = [engine.task_scores(case, task.state) for task in tasks]
     scoring_s = time.perf_counter() - started
-    # the best fixed move, as the eval's fixed-move line finds it: "always play A", scored as the random mover
-    # where A is illegal
-    actions_seen = sorted({action for scores in tables for action in scores})
-
-    def fixed_move_score(action: int) -> float:
-        return statistics.fmean(s[action] if action in s else statistics.fmean(s.values()) for s in tables)
-
-    favourite = max(actions_seen, key=fixed_move_score)
+    # the favourite: the eval's best fixed move on these positions (the tables above are cached in the adapter)
+    line = fixed_move_baselines(engine, tasks, {})[case]
+    favourite = line["fixed_moves"][line["best_fixed_move"]]["action"]
     rng = np.random.default_rng(seed)
     out: dict[str, Any] = {"case": case, "positions": len(tasks), "train_positions": train_positions,
-                           "groups_per_position": groups, "n": n,
-                           "favourite_action": favourite,
-                           "favourite_move": next(text for task in tasks for text, action in
-                                                  engine.move_actions(case, task.state).items() if action == favourite),
-                           "favourite_fixed_move_score": fixed_move_score(favourite),
-                           "random_mover_score": statistics.fmean(statistics.fmean(s.values()) for s in tables),
+                           "groups_per_position": groups, "n": n, "favourite_action": favourite,
+                           "favourite_move": line["best_fixed_move"],
+                           "favourite_fixed_move_score": line["best_fixed_score"],
+                           "random_mover_score": line["random_mover"],
                            "format_weight": format_weight, "scoring_s": round(scoring_s, 1), "results": []}
     spreads = [float(max(s.values()) - min(s.values())) for s in tables]
     out["position_classes"] = {"flat": int(sum(s < FLAT_BELOW for s in spreads)),

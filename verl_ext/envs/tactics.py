@@ -43,6 +43,12 @@ class OnePly:
         """No win on the board, some moves lose at once and some do not: the position asks for a block."""
         return not self.winning and bool(self.losing) and self.losing != self.legal
 
+    @property
+    def has_tactic(self) -> bool:
+        """A win to take or a threat to block: the positions the tactics line and ``train_positions=tactical``
+        are about."""
+        return self.win_available or self.must_block
+
     def tactical_moves(self) -> frozenset[int]:
         """The moves a one-ply tactician picks from: the winning ones, else the safe ones, else all."""
         if self.winning:

@@ -44,12 +44,22 @@ def _num(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f}"
 
 
+def _score(mean: dict[str, Any] | None) -> str:
+    """``0.812 [0.789, 0.836]``: a mean in [0, 1] with its interval (``stats.mean_interval``); the mean alone
+    without one, '-' without a mean."""
+    if not mean or mean.get("mean") is None:
+        return "-"
+    if mean.get("ci_low") is None:
+        return _num(mean["mean"])
+    return f"{mean['mean']:.3f} [{mean['ci_low']:.3f}, {mean['ci_high']:.3f}]"
+
+
 def _engine(single: dict[str, Any]) -> str:
-    """``0.812 [0.789, 0.836]``: the engine score with its interval (results without one show the mean alone)."""
+    """The engine score with its interval (results written before the interval show the mean alone)."""
     ci = single.get("engine_score_ci") or {}
     if single.get("engine_score") is None or ci.get("ci_low") is None:
         return _num(single.get("engine_score"))
-    return f"{single['engine_score']:.3f} [{ci['ci_low']:.3f}, {ci['ci_high']:.3f}]"
+    return _score({**ci, "mean": single["engine_score"]})
 
 
 def _mean_ci(mean: dict[str, Any] | None) -> str:
@@ -161,8 +171,7 @@ def _tactics_table(results: dict[str, Any], names: list[str]) -> list[str]:
         for m in names:
             tactics = results["models"][m]["single_move"]["cases"][case]["tactics"]
             row += [_rate_ci(tactics["win_taken"]), _rate_ci(tactics["blocked"])]
-            row += [_engine({"engine_score": tactics[k]["mean"], "engine_score_ci": tactics[k]}) if k in tactics
-                    else "-" for k in ("engine_where_tactical", "engine_elsewhere")]  # results before 2026-11-27: -
+            row += [_score(tactics.get(k)) for k in ("engine_where_tactical", "engine_elsewhere")]  # older: -
         rows.append(row)
     return (["One-ply tactics: where a move wins at once, the share of replies that play a winning move; where "
              "the opponent threatens to win at once (and no win is on the board), the share that avoid every move "

@@ -180,8 +180,8 @@ def evaluate_single_move(policy: Policy, mixture: EnvMixture, engine: EnvAdapter
         if engine is not None and task.case not in engine_skipped:
             engine_value = engine.score(task.case, task.state, reply).task_score if result.valid else 0.0
             if tactics is not None:
-                tactical = tactics.win_available or tactics.must_block
-                (tallies[task.case].engine_tactical if tactical else tallies[task.case].engine_quiet).append(engine_value)
+                tally = tallies[task.case]
+                (tally.engine_tactical if tactics.has_tactic else tally.engine_quiet).append(engine_value)
         if action is not None:
             tally = tallies[task.case]
             tally.actions[action] += 1
@@ -235,7 +235,7 @@ def fixed_move_baselines(engine: EnvAdapter, tasks: list[Task], engine_skipped: 
         for action in sorted(labels[case]):
             picked = [t.get(action, r) for t, r in zip(case_tables, random_scores)]
             fixed[move_label(labels[case][action])] = {
-                "score": sum(picked) / len(picked),
+                "score": sum(picked) / len(picked), "action": action,
                 "legal_share": sum(action in t for t in case_tables) / len(case_tables)}
         best = max(fixed, key=lambda label: fixed[label]["score"])
         baselines[case] = {"positions": len(case_tables), "random_mover": sum(random_scores) / len(random_scores),

@@ -39,10 +39,9 @@ _WRAPPED = "_verl_ext_tied_groups"
 
 
 def tied_rows(scores: Any, index: np.ndarray) -> np.ndarray:
-    """A boolean per row: its group (rows of equal ``index``) has two or more rows and their ``scores`` are all
-    equal."""
-    values = np.asarray(scores.detach().float().cpu().numpy() if hasattr(scores, "detach") else scores,
-                        dtype=np.float64)
+    """A boolean per row: its group (rows of equal ``index``) has two or more rows and their ``scores`` (a tensor,
+    one summed reward per row) are all equal."""
+    values = scores.detach().cpu().double().numpy()
     _, group = np.unique(np.asarray(index).astype(str), return_inverse=True)
     group = group.reshape(-1)
     groups = int(group.max()) + 1 if group.size else 0
