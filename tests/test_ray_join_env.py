@@ -33,7 +33,7 @@ def launched_argv(tmp_path: Path, **extra: str) -> list[str]:
               f'exec {sys.executable} "$@"\n')
     wrapper = executable(tmp_path / "python", script)
     env = {k: v for k, v in os.environ.items()
-           if k not in ("RAY_ADDRESS", "VERL_EXT_SAMPLE_LOG", "VERL_EXT_SAMPLE_TEXTS", "RUN_PROFILE")}
+           if k not in ("RAY_ADDRESS", "RUN_PROFILE") and not k.startswith("VERL_EXT_SAMPLE")}
     env.update(PYTHON=str(wrapper), RUN_PROFILE="smoke", LOG_DIR=str(tmp_path / "logs"), **extra)
     result = subprocess.run(["bash", str(REPO / "train" / "scripts" / "openspiel-ppo.sh")], capture_output=True,
                             text=True, env=env, cwd=REPO, timeout=300)
@@ -48,8 +48,21 @@ def test_a_run_joining_a_cluster_names_its_sample_log_in_the_runtime_env(tmp_pat
     path = named[0][len(KEY):].strip("'")
     assert path.startswith(str(tmp_path / "logs")) and path.endswith(".samples.jsonl")
     assert "+ray_kwargs.ray_init.runtime_env.env_vars.VERL_EXT_SAMPLE_TEXTS='3'" in argv
+    # and the step count: without it the reward workers number training samples by bursts between validations
+    # (5 blocks for 100 steps on 2026-11-27), and `verl-ext samples --step N` finds nothing
+    assert any(arg.startswith("+ray_kwargs.ray_init.runtime_env.env_vars.VERL_EXT_SAMPLES_PER_STEP=")
+               for arg in argv)
     # verl's Hydra schema takes the command as launched
     assert preflight_main(["--no-import-check", "--", *overrides_of(argv)]) == 0
+
+
+def test_a_resumed_run_joining_a_cluster_passes_its_step_offset(tmp_path):
+    argv = launched_argv(tmp_path, RAY_ADDRESS="127.0.0.1:6390", VERL_EXT_SAMPLE_STEP_OFFSET="40",
+                         VERL_EXT_SAMPLES_PER_STEP="512", VERL_EXT_SAMPLE_TEXT_CHARS="500")
+    forwarded = {arg.split("=", 1)[0].rsplit(".", 1)[-1]: arg.split("=", 1)[1].strip("'") for arg in argv
+                 if arg.startswith("+ray_kwargs.ray_init.runtime_env.env_vars.VERL_EXT_SAMPLE")}
+    assert forwarded["VERL_EXT_SAMPLE_STEP_OFFSET"] == "40" and forwarded["VERL_EXT_SAMPLES_PER_STEP"] == "512"
+    assert forwarded["VERL_EXT_SAMPLE_TEXT_CHARS"] == "500"
 
 
 def test_a_run_starting_its_own_cluster_leaves_the_environment_alone(tmp_path):

@@ -303,6 +303,29 @@ def test_the_tactical_arm_differs_from_the_split_run_in_its_training_positions_o
     assert "train_positions" not in " ".join(base_stages["export"][0])  # the cold start keeps every position
 
 
+def test_the_faster_tactical_arm_differs_from_the_tactical_run_in_its_learning_rate_only(tmp_path):
+    """smollm2-split-tactical-lr1e4-grpo100.env: the tactical arm at lr 1e-4 (was 3e-5): at 3e-5 the held-out score
+    still rose at step 100 (docs/runs/2026-11-27-h200x2-smollm2-split-tactical/)."""
+    tactical, faster = _split_arm_configs(tmp_path, "smollm2-split-tactical-grpo100",
+                                          "smollm2-split-tactical-lr1e4-grpo100")
+    assert tactical["actor_rollout_ref"]["actor"]["optim"]["lr"] == 3e-5
+    assert faster["actor_rollout_ref"]["actor"]["optim"]["lr"] == 1e-4
+    assert faster["data"]["env"]["train_positions"] == "tactical"
+    faster["actor_rollout_ref"]["actor"]["optim"]["lr"] = 3e-5
+    assert tactical == faster
+
+
+def test_the_tactical_dr_grpo_arm_differs_from_the_tactical_run_in_the_std_division_and_kl_only(tmp_path):
+    """smollm2-split-tactical-drgrpo-grpo100.env: the Dr. GRPO arm's two changes on the tactical arm."""
+    tactical, dr_grpo = _split_arm_configs(tmp_path, "smollm2-split-tactical-grpo100",
+                                           "smollm2-split-tactical-drgrpo-grpo100")
+    assert dr_grpo["algorithm"]["norm_adv_by_std_in_grpo"] is False
+    assert dr_grpo["actor_rollout_ref"]["actor"]["kl_loss_coef"] == 0.02
+    dr_grpo["algorithm"]["norm_adv_by_std_in_grpo"] = True
+    dr_grpo["actor_rollout_ref"]["actor"]["kl_loss_coef"] = 0.1
+    assert tactical == dr_grpo
+
+
 def test_the_group_filtering_arm_uses_verls_sampler_and_differs_from_the_split_run_in_that_only(tmp_path):
     """smollm2-split-filter-grpo100.env: the split run with DAPO's dynamic sampling (algorithm.filter_groups on the
     canonical reward), which verl gives its own sampler only: the poll sampler is off (ROLLOUT_POLL_INTERVAL=off)."""

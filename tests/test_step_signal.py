@@ -262,7 +262,7 @@ TRAINER_STEPS = textwrap.dedent("""
         t._compute_advantage(batch, metrics)
         t._compute_metrics(batch, metrics, {"step": 1.0, "gen": 0.5}, global_steps=number, epoch=0)
         print("METRICS", number, json.dumps({k: float(v) for k, v in metrics.items()
-                                             if k.startswith(("signal/", "collapse/", "critic/score/mean"))}))
+                                             if k.startswith(("signal/", "collapse/", "critic/score/mean", "response_length/"))}))
 
     answer = lambda text: f"<answer>{text}</answer>"
     mixed = [(refs[0], ["no tags"] * 4),  # malformed: equal rewards, one "no answer"
@@ -303,6 +303,9 @@ def test_verls_trainer_adds_the_metrics_to_its_step_warns_once_and_aborts_when_a
     # per case, one cell whoever moves: the four x(0,2) replies and one o(0,2) name cell (0,2), 5 of 16 replies
     assert first["collapse/favourite_share/tic_tac_toe"] == pytest.approx(5 / 16)
     assert first["signal/alarm"] == 0.0 and first["collapse/alarm"] == 0.0
+    # verl's clip_ratio counts the one 8-token reply (the step's longest) as clipped under a 64-token cap; none is
+    assert first["response_length/max"] == 8 and first["response_length/clip_ratio"] == pytest.approx(1 / 16)
+    assert first["signal/response_cap"] == 64 and first["signal/replies_at_cap"] == 0.0
     assert steps[4]["signal/group_share"] == 0.0 and steps[4]["collapse/answer_entropy"] == 0.0
     assert steps[4]["collapse/favourite_share"] == 1.0 and steps[4]["signal/alarm"] == 1.0
     assert [steps[n]["collapse/alarm"] for n in range(2, 7)] == [0, 0, 1, 1, 1]
@@ -314,6 +317,21 @@ def test_verls_trainer_adds_the_metrics_to_its_step_warns_once_and_aborts_when_a
     stopped = next(line for line in out if line.startswith("STOPPED "))
     assert "SIGNAL_CHECK=abort: step 1 has no learning signal (signal/group_share 0.000 < 0.02)" in stopped
     assert json.loads(next(line for line in out if line.startswith("LOGGED "))[7:]) == [[1, 0.0, True]]
+
+
+def test_replies_at_cap_are_verls_clip_ratio_only_when_the_longest_reply_reached_the_cap():
+    verl_metrics = {"response_length/max": 13.0, "response_length/clip_ratio": 0.45}
+    assert step_signal.cap_metrics(verl_metrics, 32) == {"signal/response_cap": 32.0, "signal/replies_at_cap": 0.0}
+    at_cap = {"response_length/max": 32.0, "response_length/clip_ratio": 0.25}
+    assert step_signal.cap_metrics(at_cap, 32)["signal/replies_at_cap"] == 0.25
+    assert step_signal.cap_metrics(verl_metrics, None) == {} and step_signal.cap_metrics({}, 32) == {}
+    # the rollout's own budget first; data.max_response_length when the rollout has none; None without either
+    config = {"actor_rollout_ref": {"rollout": {"response_length": 48}}, "data": {"max_response_length": 32}}
+    assert step_signal.response_cap(SimpleNamespace(config=config)) == 48
+    config["actor_rollout_ref"]["rollout"]["response_length"] = None
+    assert step_signal.response_cap(SimpleNamespace(config=config)) == 32
+    assert step_signal.response_cap(SimpleNamespace(config=None)) is None
+    assert step_signal.response_cap(object()) is None
 
 
 def test_train_scripts_load_the_module_unless_off_and_pass_abort():

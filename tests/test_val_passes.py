@@ -8,8 +8,10 @@ import json
 import pytest
 
 from bench_scripts import load_bench_script
+from verl_ext.envs.answer import action_key, action_named_by, answer_id
 
 val_passes = load_bench_script("val_passes")
+CORNER = answer_id(action_key(0))  # the reward's id for OpenSpiel action 0, as a legal move's answer_key gives it
 
 
 def _val(block: int, case: str, task_score: float, answer: float, **extra: float) -> dict:
@@ -32,6 +34,7 @@ def test_passes_give_engine_score_favourite_and_tactics_per_case(tmp_path, capsy
         _val(1, "tic_tac_toe", 0.5, 7.0, win_chance=1.0, win_taken=0.0),
         _val(1, "tic_tac_toe", 0.0, 0.0, block_chance=1.0, blocked=0.0),  # malformed: illegal, no answer
         _val(1, "connect_four", 0.8, 3.0),
+        _val(2, "connect_four", 0.9, CORNER),  # a move whose reply text no kept row shows
         # pass 2 (step 20)
         _val(2, "tic_tac_toe", 1.0, 9.0, win_chance=1.0, win_taken=1.0),
         _val(2, "tic_tac_toe", 1.0, 9.0, block_chance=1.0, blocked=1.0),
@@ -47,7 +50,7 @@ def test_passes_give_engine_score_favourite_and_tactics_per_case(tmp_path, capsy
     assert result["paired_changes"] == []  # no seeds in these rows: nothing to pair
     records = result["passes"]
     by_key = {(r["step"], r["case"]): r for r in records}
-    assert sorted(by_key) == [(0, "connect_four"), (0, "tic_tac_toe"), (20, "tic_tac_toe")]
+    assert sorted(by_key) == [(0, "connect_four"), (0, "tic_tac_toe"), (20, "connect_four"), (20, "tic_tac_toe")]
     first = by_key[(0, "tic_tac_toe")]
     assert first["n"] == 3 and first["engine"]["mean"] == pytest.approx(0.5)
     assert first["legal"]["k"] == 2
@@ -56,7 +59,8 @@ def test_passes_give_engine_score_favourite_and_tactics_per_case(tmp_path, capsy
     assert (first["took_win"]["k"], first["took_win"]["n"]) == (1, 2)
     assert (first["blocked"]["k"], first["blocked"]["n"]) == (0, 1)
     second = by_key[(20, "tic_tac_toe")]
-    assert second["favourite"] == "answer id 9.0"  # no kept reply shows its text
+    assert second["favourite"] == "answer id 9.0"  # no kept reply shows its text, and no action hashes to 9
+    assert by_key[(20, "connect_four")]["favourite"] == "action 0 (no reply kept)"
     assert second["took_win"]["rate"] == 1.0 and second["blocked"]["rate"] == 1.0
     assert by_key[(0, "connect_four")]["took_win"]["rate"] is None  # no chance to win: no rate
     # the engine score where a win or a block is on the board (0.5 over 3 rows here) and elsewhere (none)
@@ -110,3 +114,8 @@ def test_the_sample_log_records_which_task_each_reply_answered(tmp_path, monkeyp
                       row["extra_info"])
     logged = [json.loads(line) for line in log.read_text().splitlines()]
     assert [(e["seed"], e["index"]) for e in logged] == [(ref.seed, i) for i, ref in enumerate(refs)]
+
+
+def test_action_ids_name_their_action_and_nothing_else():
+    assert [action_named_by(answer_id(action_key(a))) for a in (0, 3, 361)] == [0, 3, 361]
+    assert action_named_by(answer_id("x3")) is None and action_named_by(0.0) is None

@@ -91,6 +91,7 @@ def grpo_panels(metrics: Steps, samples: Steps) -> list[Panel]:
     length = Panel("response length (tokens)")
     length.add("mean", _series(metrics, "response_length/mean"))
     length.add("max", _series(metrics, "response_length/max"))
+    length.add("cap", _series(metrics, "signal/response_cap"))
     timing = Panel("step time (s)")
     for key, label in (("timing_s/step", "step"), ("timing_s/gen", "generation"),
                        ("timing_s/update_actor", "actor update")):
@@ -106,6 +107,7 @@ def signal_panels(metrics: Steps) -> list[Panel]:
     signal.add("groups with differing rewards", _series(metrics, "signal/group_share"))
     signal.add("format rate", _series(metrics, "signal/format_rate"))
     signal.add("valid rate", _series(metrics, "signal/valid_rate"))
+    signal.add("replies at the token cap", _series(metrics, "signal/replies_at_cap"))
     if not signal.empty:
         signal.add(f"warning below {NO_SIGNAL_SHARE:g}", _level(metrics, "signal/group_share", NO_SIGNAL_SHARE))
     collapse = Panel("collapse: answers within a group")

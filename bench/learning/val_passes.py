@@ -8,10 +8,11 @@ share, the engine score on the positions with a one-ply tactic and on the rest, 
 win is on the board, the share of replies that take it; where the opponent threatens one, the share that block it)
 with Wilson intervals. When the log records each task's seed
 (since 2026-11-27), it also pairs every later pass with the first on the same positions: the change in engine
-score with its interval, and how many positions got better or worse.
+score with its interval, and how many positions got better or worse. ``--baseline`` pairs each pass with the same
+pass of another run (an arm against the run beside it, from the same cold start).
 
     python bench/learning/val_passes.py runs/x/logs/grpo-*.samples.jsonl --test-freq 20 \\
-        --out docs/runs/X/val_passes
+        --out docs/runs/X/val_passes [--baseline runs/y/logs/grpo-*.samples.jsonl]
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
+from verl_ext.envs.answer import action_named_by
 from verl_ext.evaluation.paired import paired_summary
 from verl_ext.evaluation.stats import mean_interval, proportion
 from verl_ext.sample_view import log_lines
@@ -48,6 +50,15 @@ def read_val_rows(path: Path) -> tuple[list[dict[str, Any]], dict[tuple[Any, Any
     return rows, texts
 
 
+def answer_text(case: str, answer: Any, texts: dict[tuple[Any, Any], str]) -> str:
+    """How a table shows answer id ``answer`` of ``case``: a kept reply with that answer, else the game action it
+    names (the log keeps the text of a few replies only), else the id itself."""
+    if (case, answer) in texts:
+        return texts[(case, answer)]
+    action = action_named_by(answer) if isinstance(answer, (int, float)) else None
+    return f"action {action} (no reply kept)" if action is not None else f"answer id {answer}"
+
+
 def summarise(rows: list[dict[str, Any]], test_freq: int, texts: dict[tuple[Any, Any], str]) -> list[dict[str, Any]]:
     """One record per (validation pass, case): step, n, engine score, legal rate, favourite, tactics."""
     groups: dict[tuple[int, str], list[dict[str, Any]]] = defaultdict(list)
@@ -58,7 +69,7 @@ def summarise(rows: list[dict[str, Any]], test_freq: int, texts: dict[tuple[Any,
         # the log keeps the text of a few replies only; every row has its answer's id
         replies = Counter(r.get("answer_id") for r in group if r.get("valid"))
         favourite_id, count = replies.most_common(1)[0] if replies else (None, 0)
-        favourite = texts.get((case, favourite_id), f"answer id {favourite_id}")
+        favourite = answer_text(case, favourite_id, texts)
         wins = [r for r in group if r.get("win_chance")]
         blocks = [r for r in group if r.get("block_chance")]
         quiet = [r for r in group if not r.get("win_chance") and not r.get("block_chance")]
@@ -76,34 +87,60 @@ def summarise(rows: list[dict[str, Any]], test_freq: int, texts: dict[tuple[Any,
     return records
 
 
-def paired_changes(rows: list[dict[str, Any]], records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per case and later pass, the change in engine score from the first pass on the same positions (matched by
-    the task ``seed`` the sample log records since 2026-11-27): mean difference with its normal 95 % interval, and
-    how many positions got better or worse. A paired difference is far tighter than two passes' own intervals.
-    Empty when the log has no seeds (older runs)."""
+def _scores_by_pass(rows: list[dict[str, Any]]) -> dict[tuple[int, str], dict[int, float]]:
+    """{(pass, case): {task seed: engine score}} of the rows that record their seed (since 2026-11-27)."""
     by_pass: dict[tuple[int, str], dict[int, float]] = defaultdict(dict)
     for row in rows:
         seed = row.get("seed")
         if isinstance(seed, int):
             by_pass[(int(row.get("block") or 0), str(row.get("case")))][seed] = float(row.get("task_score") or 0.0)
+    return by_pass
+
+
+def _paired(mine: dict[int, float], theirs: dict[int, float]) -> dict[str, Any] | None:
+    common = sorted(mine.keys() & theirs.keys())
+    return paired_summary([mine[s] for s in common], [theirs[s] for s in common]) if common else None
+
+
+def paired_changes(rows: list[dict[str, Any]], records: list[dict[str, Any]],
+                   from_step: int | None = None) -> list[dict[str, Any]]:
+    """Per case and later pass, the change in engine score from the first pass (or the pass at ``from_step``:
+    issue 45 compares step 100 with step 20) on the same positions (matched by
+    the task ``seed`` the sample log records since 2026-11-27): mean difference with its normal 95 % interval, and
+    how many positions got better or worse. A paired difference is far tighter than two passes' own intervals.
+    Empty when the log has no seeds (older runs)."""
+    by_pass = _scores_by_pass(rows)
     changes = []
     for case in sorted({r["case"] for r in records}):
-        passes = sorted(r["pass"] for r in records if r["case"] == case)
-        first = by_pass.get((passes[0], case), {})
-        for later in passes[1:]:
-            now = by_pass.get((later, case), {})
-            common = sorted(first.keys() & now.keys())
-            if not common:
-                continue
-            step_of = {r["pass"]: r["step"] for r in records if r["case"] == case}
-            changes.append({"case": case, "step": step_of[later], "from_step": step_of[passes[0]],
-                            **paired_summary([now[seed] for seed in common], [first[seed] for seed in common])})
+        step_of = {r["pass"]: r["step"] for r in records if r["case"] == case}
+        passes = sorted(step_of)
+        start = next((p for p in passes if step_of[p] == from_step), None) if from_step is not None else passes[0]
+        if start is None:
+            continue
+        for later in (p for p in passes if p > start):
+            pair = _paired(by_pass.get((later, case), {}), by_pass.get((start, case), {}))
+            if pair:
+                changes.append({"case": case, "step": step_of[later], "from_step": step_of[start], **pair})
     return changes
 
 
-def changes_to_markdown(changes: list[dict[str, Any]]) -> str:
-    """A table of the paired changes from the first pass."""
-    lines = ["| step | case | positions | engine score change from the first pass [95 %] | better | worse |",
+def paired_with_baseline(rows: list[dict[str, Any]], base_rows: list[dict[str, Any]],
+                         records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per case and pass, this run's engine score minus a baseline run's at the same pass, on the positions both
+    validated (by task seed): how an arm compares with the run beside it, position by position. Passes or cases
+    the baseline lacks are left out."""
+    mine, theirs = _scores_by_pass(rows), _scores_by_pass(base_rows)
+    changes = []
+    for r in records:
+        pair = _paired(mine.get((r["pass"], r["case"]), {}), theirs.get((r["pass"], r["case"]), {}))
+        if pair:
+            changes.append({"case": r["case"], "step": r["step"], **pair})
+    return sorted(changes, key=lambda c: (c["case"], c["step"]))
+
+
+def changes_to_markdown(changes: list[dict[str, Any]], against: str = "the first pass") -> str:
+    """A table of paired changes (from the first pass, or against another run)."""
+    lines = [f"| step | case | positions | engine score change from {against} [95 %] | better | worse |",
              "|---" * 6 + "|"]
     for c in changes:
         lines.append(f"| {c['step']} | {c['case']} | {c['positions']} | {_signed(c['change'])} | {c['better']} | "
@@ -186,6 +223,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("log", type=Path, help="the run's <run>.samples.jsonl (or .jsonl.gz)")
     parser.add_argument("--test-freq", type=int, required=True, help="the run's trainer.test_freq (pass k = step (k-1) x this)")
     parser.add_argument("--out", type=Path, help="write OUT.json, OUT.md and OUT.png as well as printing the table")
+    parser.add_argument("--from-step", type=int,
+                        help="pair later passes with the pass at this step (default: the first pass, step 0)")
+    parser.add_argument("--baseline", type=Path,
+                        help="another run's sample log on the same held-out positions (the run beside this one): "
+                             "adds this run's paired change against it at each pass")
     args = parser.parse_args(argv)
     if args.test_freq < 1:
         parser.error(f"--test-freq must be >= 1, got {args.test_freq}")
@@ -193,14 +235,27 @@ def main(argv: list[str] | None = None) -> int:
     records = summarise(rows, args.test_freq, texts)
     if not records:
         parser.error(f"{args.log}: no validation rows (split 'val')")
-    changes = paired_changes(rows, records)
+    if args.from_step is not None and not any(r["step"] == args.from_step for r in records):
+        parser.error(f"--from-step {args.from_step}: no validation pass at that step "
+                     f"(passes at {sorted({r['step'] for r in records})})")
+    changes = paired_changes(rows, records, args.from_step)
     table = to_markdown(records)
     if changes:
-        table += "\nThe same positions, paired by task seed:\n\n" + changes_to_markdown(changes)
+        start = "the first pass" if args.from_step is None else f"step {args.from_step}"
+        table += "\nThe same positions, paired by task seed:\n\n" + changes_to_markdown(changes, start)
+    against: list[dict[str, Any]] = []
+    if args.baseline:
+        base_rows, _ = read_val_rows(args.baseline)
+        against = paired_with_baseline(rows, base_rows, records)
+        if not against:
+            parser.error(f"{args.baseline}: no validation pass shares a case, a pass and task seeds with {args.log}")
+        table += (f"\nAgainst `{args.baseline.name}` at the same pass, paired by task seed:\n\n"
+                  + changes_to_markdown(against, "the baseline run"))
     print(table, end="")
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.with_suffix(".json").write_text(json.dumps({"passes": records, "paired_changes": changes},
+        args.out.with_suffix(".json").write_text(json.dumps({"passes": records, "paired_changes": changes,
+                                                             "against_baseline": against},
                                                             indent=1) + "\n")
         args.out.with_suffix(".md").write_text(table)
         plot(records, args.out.with_suffix(".png"))

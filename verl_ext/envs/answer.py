@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 
 _OPEN = re.compile(r"<\s*answer\s*>", re.IGNORECASE)
 _CLOSE = re.compile(r"<\s*/\s*answer\s*>", re.IGNORECASE)
@@ -70,6 +71,7 @@ def parse_answer(
 
 
 NO_ANSWER_ID = 0.0
+MAX_NAMED_ACTION = 4096  # action_named_by scans the ids of actions below this (connect_four has 7, go 19x19 362)
 _ANSWER_ID_SPAN = 2 ** 24 - 1  # ids stay exact in float32 too: reward extras may pass through either
 
 
@@ -81,3 +83,20 @@ def answer_id(text: str | None) -> float:
         return NO_ANSWER_ID
     digest = hashlib.blake2b(str(text).encode("utf-8", "backslashreplace"), digest_size=8).digest()
     return float(int.from_bytes(digest, "big") % _ANSWER_ID_SPAN + 1)
+
+
+def action_key(action: int) -> str:
+    """The canonical answer of a legal game move: its OpenSpiel action, so that one move written two ways (``x3``
+    and ``o3`` in connect_four) is one answer for the collapse metrics."""
+    return f"action:{action}"
+
+
+@lru_cache(maxsize=1)
+def _action_ids() -> dict[float, int]:
+    return {answer_id(action_key(action)): action for action in range(MAX_NAMED_ACTION)}
+
+
+def action_named_by(answer: float) -> int | None:
+    """The OpenSpiel action whose canonical answer has id ``answer``, or None (not a game move, or a larger
+    action): names a logged favourite whose reply text the sample log did not keep."""
+    return _action_ids().get(float(answer))

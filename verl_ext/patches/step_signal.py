@@ -33,6 +33,7 @@ from verl_ext.patches.registry import apply_if_named
 
 TRAINER_MODULE = "verl.trainer.ppo.v1.trainer_base"
 FIELDS = ["uid", "rm_scores", "extra_fields", "extra_info"]
+CAP_KEY, AT_CAP_KEY = "signal/response_cap", "signal/replies_at_cap"
 _PATCHED = "_verl_ext_step_signal"
 _ALARM = "_verl_ext_signal_alarm"
 _SESSION_KEY = re.compile(r"^(?P<session>.+_\d+)_\d+$")  # verl's key {uid}_{session}_{output index}
@@ -84,6 +85,7 @@ def add_step_signal(trainer: Any, tq: Any, batch: Any, metrics: dict, step: int)
         lines, flags = alarm.observe(step, found)
         metrics.update(found)
         metrics.update(flags)
+        metrics.update(cap_metrics(metrics, response_cap(trainer)))
         for line in lines:
             print(line, flush=True)
         return alarm.should_abort(step, found)
@@ -94,6 +96,34 @@ def add_step_signal(trainer: Any, tq: Any, batch: Any, metrics: dict, step: int)
             print(f"{MARK}: the signal/collapse metrics failed at step {step} and are left out where they fail "
                   f"(counted in signal/errors):\n{traceback.format_exc()}", file=sys.stderr, flush=True)
         return ""
+
+
+def response_cap(trainer: Any) -> int | None:
+    """The rollout's response budget in tokens (``actor_rollout_ref.rollout.response_length``, which defaults to
+    ``data.max_response_length``); None when the config has neither."""
+    config = getattr(trainer, "config", None)
+    for path in (("actor_rollout_ref", "rollout", "response_length"), ("data", "max_response_length")):
+        node: Any = config
+        for key in path:
+            node = node.get(key) if isinstance(node, Mapping) else getattr(node, key, None)
+        cap = _number(node)
+        if cap is not None and cap > 0:
+            return int(cap)
+    return None
+
+
+def cap_metrics(metrics: Mapping[str, Any], cap: int | None) -> dict[str, float]:
+    """The response cap and the share of the step's replies that reached it, from verl's own length metrics.
+
+    verl 0.9.1's ``response_length/clip_ratio`` counts the replies as long as the batch's padded width, and the
+    agent loop pads to the step's longest reply, not to the cap: with 11-token replies under a 32-token cap it
+    read 0.45-0.56 (docs/runs/2026-11-27-h200x2-smollm2-split-tactical/). It is the share at the cap only when the
+    longest reply reached the cap; otherwise no reply did."""
+    longest = _number(metrics.get("response_length/max"))
+    share = _number(metrics.get("response_length/clip_ratio"))
+    if cap is None or longest is None or share is None:
+        return {}
+    return {CAP_KEY: float(cap), AT_CAP_KEY: share if longest >= cap else 0.0}
 
 
 def read_mode() -> str:

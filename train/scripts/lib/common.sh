@@ -660,10 +660,13 @@ launch() {
   echo "logging to $run.log (metrics: $VERL_FILE_LOGGER_PATH, samples: ${VERL_EXT_SAMPLE_LOG:-off})"
   # the sample log is written by verl's reward workers: Ray workers inherit this shell's environment only when
   # ray.init starts the cluster itself, so a run that joins one (RAY_ADDRESS: Slurm multi-node, several runs on
-  # one GPU) names the file in the job's runtime_env (measured: docs/runs/2026-11-26-h100-smollm2-split/)
+  # one GPU) names the file and its settings in the job's runtime_env (measured: the file,
+  # docs/runs/2026-11-26-h100-smollm2-split/; the steps, whose count was left out until 2026-11-27: training
+  # samples fell back to bursts between validations, 5 blocks for 100 steps, docs/runs/2026-11-27-h200x2-*)
   if [[ "$config_name" == ppo_trainer && -n "${RAY_ADDRESS:-}" ]]; then
     local var
-    for var in VERL_EXT_SAMPLE_LOG VERL_EXT_SAMPLE_TEXTS; do
+    for var in VERL_EXT_SAMPLE_LOG VERL_EXT_SAMPLE_TEXTS VERL_EXT_SAMPLE_TEXT_CHARS VERL_EXT_SAMPLES_PER_STEP \
+               VERL_EXT_SAMPLE_STEP_OFFSET; do
       if [[ -n "${!var:-}" ]]; then cmd+=("+ray_kwargs.ray_init.runtime_env.env_vars.$var=$(hydra_quote "${!var}")"); fi
     done
   fi
