@@ -164,3 +164,25 @@ def test_the_four_gpu_plan_three_split_arms_and_one_game_run(tmp_path):
     assert second.returncode == 0, second.stderr
     assert calls == ["run=base stages=model export sft hf gpu=3 ray=unset"] + [
         f"run=g stages={s} gpu=3 ray=127.0.0.1:6393" for s in ("grpo", "merge", "eval")]
+
+
+def test_pack_logs_packs_a_running_runs_logs_only_and_replaces_its_archive_whole(tmp_path):
+    """bench/device/lent_gpu_env.sh pack_logs: the last call of a session packs the logs of GRPO stages still
+    running (the driver packs a run only after a stage ends), without checkpoints, one archive per run."""
+    root, out = tmp_path / "root", tmp_path / "out"
+    run = root / "run-a"
+    (run / "logs").mkdir(parents=True)
+    (run / "logs" / "grpo.samples.jsonl").write_text('{"split": "val"}\n')
+    (run / "run.log").write_text("step:100\n")
+    (run / "grpo" / "global_step_100").mkdir(parents=True)
+    (run / "grpo" / "global_step_100" / "model.pt").write_bytes(b"\0" * 1024)
+    (root / "run-b").mkdir()  # no logs yet: nothing to pack
+    (out).mkdir()
+    (out / "run-a-logs.tgz").write_text("an older, partial archive")
+    script = (f"source bench/device/lent_gpu_env.sh && pack_logs {root} {out} run-a run-b missing")
+    done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, cwd=REPO, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "pack_logs: no " in done.stderr and "missing" in done.stderr
+    with tarfile.open(out / "run-a-logs.tgz") as archive:
+        assert sorted(archive.getnames()) == ["run-a/logs", "run-a/logs/grpo.samples.jsonl", "run-a/run.log"]
+    assert sorted(p.name for p in out.iterdir()) == ["run-a-logs.tgz"]  # no run-b archive, no partial file left

@@ -52,6 +52,26 @@ pack_run_dir() {
     --exclude="$name/grpo_hf" "$name"
 }
 
+# The logs of runs still in progress (ROOT/NAME/logs and ROOT/NAME/run.log) into OUT/NAME-logs.tgz, each archive
+# replaced whole (written beside, then renamed), so a call cut by the device budget returns the last complete one:
+# pack_logs ROOT OUT NAME... . A GRPO stage is packed by the driver only when it ends; the last call of a session
+# repeats this every few seconds until its limit (docs/runs/2026-11-27-h200x2-smollm2-split-tactical/: both runs'
+# step-100 validation came back with 16 s of device time left):
+#   for i in $(seq 20); do pack_logs /tmp/ab "$OUT" run-a run-b; sleep 8; done
+pack_logs() {
+  local root="$1" out="$2" name
+  shift 2
+  mkdir -p "$out"
+  for name in "$@"; do
+    [[ -d "$root/$name" ]] || { echo "pack_logs: no $root/$name" >&2; continue; }
+    local parts=()
+    [[ -d "$root/$name/logs" ]] && parts+=("$name/logs")
+    [[ -f "$root/$name/run.log" ]] && parts+=("$name/run.log")
+    (( ${#parts[@]} )) || continue
+    tar czf "$out/.$name-logs.tgz.part" -C "$root" "${parts[@]}" && mv -f "$out/.$name-logs.tgz.part" "$out/$name-logs.tgz"
+  done
+}
+
 # Copy the checkout (without wheels, outputs, venv and git) into DIR, replacing what was there: a detached job
 # runs from the copy, which later calls that refresh the working tree cannot change under it.
 copy_checkout() {
