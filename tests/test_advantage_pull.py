@@ -60,3 +60,27 @@ def test_tic_tac_toe_push_on_real_engine_values(capsys):
     assert rows[("engine", False)]["board_signal_per_position"] < rows[("engine", True)]["board_signal_per_position"]
     pull.print_table(result)
     assert "| best:0 | uniform | no (Dr. GRPO) |" in capsys.readouterr().out
+
+
+def test_tactic_gaps_compare_the_one_ply_moves_with_the_best_other_move():
+    import pyspiel
+
+    def position(*actions: int) -> str:
+        state = pyspiel.load_game("tic_tac_toe").new_initial_state()
+        for action in actions:
+            state.apply_action(action)
+        return state.serialize()
+
+    # x takes 0 and 1, o 3 and 4: x wins at 2 (o threatens 5); a win worth 0.5 more than the best other move
+    win = position(0, 3, 1, 4)
+    # x has 0 and 8, o 4 and 2: no win for x, o threatens 6; another move (1) pays as much as the block
+    threat = position(0, 4, 8, 2)
+    tables = [{2: 1.0, 5: 0.5, 6: 0.0, 7: 0.0, 8: 0.0}, {6: 0.5, 1: 0.5, 3: 0.0, 5: 0.0, 7: 0.0}]
+    gaps = pull.tactic_gaps("tic_tac_toe", [win, threat], tables)
+    assert gaps["win"] == {"positions": 1, "mean_gap": 0.5, "best_other_pays": 0.5, "share_gap_at_most_0": 0.0,
+                           "share_gap_at_most_0.1": 0.0}
+    assert gaps["block"]["positions"] == 1 and gaps["block"]["mean_gap"] == 0.0
+    assert gaps["block"]["share_gap_at_most_0"] == 1.0
+    quiet = position(4)  # no win, no threat: left out
+    assert pull.tactic_gaps("tic_tac_toe", [quiet], [{0: 1.0, 1: 0.5}]) == {"win": {"positions": 0},
+                                                                          "block": {"positions": 0}}

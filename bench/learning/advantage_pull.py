@@ -33,6 +33,7 @@ import numpy as np
 import torch
 
 from verl_ext.envs import make_env
+from verl_ext.envs.tactics import one_ply
 from verl_ext.evaluation.single_move import fixed_move_baselines, training_tasks
 from verl_ext.group_stats import EQUAL_REWARDS
 from verl_ext.mixture import EnvMixture
@@ -126,6 +127,33 @@ def tied_group_noise(rewards: list[float], n: int) -> dict[str, Any]:
             "max_abs": float(per_group.max()) if per_group.size else 0.0}
 
 
+def tactic_gaps(case: str, states: list[str], tables: list[dict[int, float]]) -> dict[str, Any]:
+    """Per kind of one-ply tactic (a win to take, a threat to block), how much more the reward pays the tactical
+    moves (``OnePly.tactical_moves``) than the best other move: the task-score gap from the worst tactical move to
+    the best other one, and the share of positions where that gap is at most 0 (another move pays as much: a
+    later forced win, a loss whatever is played) or at most 0.1. Where the gap is 0, GRPO has no reason to prefer
+    the one-ply move, and the held-out "took the win" / "blocked" rates cannot follow the reward there."""
+    gaps: dict[str, list[tuple[float, float]]] = {"win": [], "block": []}
+    for state, scores in zip(states, tables):
+        tactic = one_ply(case, state)
+        if tactic is None or not tactic.has_tactic:
+            continue
+        good = tactic.tactical_moves()
+        others = [v for a, v in scores.items() if a not in good]
+        if not others:
+            continue
+        worst_good = min(scores[a] for a in good if a in scores)
+        gaps["win" if tactic.win_available else "block"].append((worst_good - max(others), max(others)))
+    out = {}
+    for kind, rows in gaps.items():
+        gap = np.array([g for g, _ in rows])
+        out[kind] = {"positions": len(rows)} if not rows else {
+            "positions": len(rows), "mean_gap": float(gap.mean()),
+            "best_other_pays": float(np.mean([b for _, b in rows])),
+            "share_gap_at_most_0": float(np.mean(gap <= 1e-9)), "share_gap_at_most_0.1": float(np.mean(gap <= 0.1))}
+    return out
+
+
 def analyse(case: str, positions: int, policies: list[str], groups: int, n: int, seed: int,
             rewards: tuple[str, ...] = ("engine",), train_positions: str = "all") -> dict[str, Any]:
     """The push of GRPO's advantages per reward, policy and std setting over ``positions`` distinct training
@@ -153,6 +181,7 @@ def analyse(case: str, positions: int, policies: list[str], groups: int, n: int,
     out["position_classes"] = {"flat": int(sum(s < FLAT_BELOW for s in spreads)),
                                "middle": int(sum(FLAT_BELOW <= s < DECISIVE_FROM for s in spreads)),
                                "decisive": int(sum(s >= DECISIVE_FROM for s in spreads))}
+    out["tactic_gaps"] = tactic_gaps(case, [task.state for task in tasks], tables)
     out["favourite_is_best"] = int(sum(favourite in s and s[favourite] >= max(s.values()) - 1e-9 for s in tables))
     out["tied_group_noise"] = tied_group_noise(
         sorted({format_weight + (1.0 - format_weight) * float(v) for s in tables for v in s.values()}), n)
@@ -206,6 +235,13 @@ def print_table(result: dict[str, Any]) -> None:
     print(f"tied groups (all {result['n']} replies paid the same): verl's advantage is nonzero for {noise['nonzero']} of "
           f"{noise['distinct_rewards']} distinct rewards (median {noise['median_abs_nonzero']:.3f}, largest "
           f"{noise['max_abs']:.3f} per reply); the train scripts zero it (GRPO_TIED_GROUPS=zero)")
+    for kind, gap in (result.get("tactic_gaps") or {}).items():
+        if gap.get("positions"):
+            moves = "winning move" if kind == "win" else "safe move (a block)"
+            print(f"{kind} positions: {gap['positions']}; the worst {moves} minus the best other move pays "
+                  f"{gap['mean_gap']:+.3f} on average (the best other move {gap['best_other_pays']:.3f}); another move "
+                  f"pays as much in {gap['share_gap_at_most_0']:.0%} of them, within 0.1 in "
+                  f"{gap['share_gap_at_most_0.1']:.0%}")
     print("| reward | policy | std division | groups with signal | push per position | from flat / middle / decisive "
           "| towards the favourite | towards the best move |")
     print("|---|---|---|---|---|---|---|---|")
