@@ -25,6 +25,7 @@ from typing import Any
 
 from verl_ext.envs.answer import action_named_by
 from verl_ext.evaluation.paired import paired_summary
+from verl_ext.evaluation.report import change_text, rate_text, score_text
 from verl_ext.evaluation.stats import mean_interval, proportion
 from verl_ext.sample_view import log_lines
 
@@ -143,29 +144,14 @@ def changes_to_markdown(changes: list[dict[str, Any]], against: str = "the first
     lines = [f"| step | case | positions | engine score change from {against} [95 %] | better | worse |",
              "|---" * 6 + "|"]
     for c in changes:
-        lines.append(f"| {c['step']} | {c['case']} | {c['positions']} | {_signed(c['change'])} | {c['better']} | "
+        lines.append(f"| {c['step']} | {c['case']} | {c['positions']} | {change_text(c['change'])} | {c['better']} | "
                      f"{c['worse']} |")
     return "\n".join(lines) + "\n"
 
 
-def _signed(m: dict[str, Any]) -> str:
-    if m["ci_low"] is None:
-        return f"{m['mean']:+.3f}"
-    return f"{m['mean']:+.3f} [{m['ci_low']:+.3f}, {m['ci_high']:+.3f}]"
-
-
 def _rate(p: dict[str, Any]) -> str:
-    if p["rate"] is None:
-        return "-"
-    return f"{100 * p['rate']:.1f} [{100 * p['ci_low']:.1f}, {100 * p['ci_high']:.1f}] ({p['n']})"
-
-
-def _mean(m: dict[str, Any]) -> str:
-    if m["mean"] is None:  # no rows of this kind
-        return "-"
-    if m["ci_low"] is None:  # one row: no interval
-        return f"{m['mean']:.3f}"
-    return f"{m['mean']:.3f} [{m['ci_low']:.3f}, {m['ci_high']:.3f}]"
+    """A rate with its interval and how many chances it counts."""
+    return "-" if p["rate"] is None else f"{rate_text(p)} ({p['n']})"
 
 
 def to_markdown(records: list[dict[str, Any]]) -> str:
@@ -174,8 +160,8 @@ def to_markdown(records: list[dict[str, Any]]) -> str:
              "favourite answer (share of legal replies) | took the win % [95 %] (chances) | "
              "blocked % [95 %] (threats) |", "|---" * 10 + "|"]
     for r in records:
-        lines.append(f"| {r['step']} | {r['case']} | {r['n']} | {_mean(r['engine'])} | "
-                     f"{_mean(r['engine_tactical'])} | {_mean(r['engine_quiet'])} | "
+        lines.append(f"| {r['step']} | {r['case']} | {r['n']} | {score_text(r['engine'])} | "
+                     f"{score_text(r['engine_tactical'])} | {score_text(r['engine_quiet'])} | "
                      f"{100 * r['legal']['rate']:.1f} | `{r['favourite']}` "
                      f"({100 * r['favourite_share']:.0f} %) | {_rate(r['took_win'])} | {_rate(r['blocked'])} |")
     return "\n".join(lines) + "\n"

@@ -34,7 +34,8 @@ def _pct(value: float | None) -> str:
     return "-" if value is None else f"{100 * value:.1f}"
 
 
-def _rate_ci(prop: dict[str, Any] | None) -> str:
+def rate_text(prop: dict[str, Any] | None) -> str:
+    """``61.9 [55.5, 67.9]``: a rate in percent with its Wilson interval (``stats.proportion``); '-' without one."""
     if not prop or prop.get("rate") is None:
         return "-"
     return f"{_pct(prop['rate'])} [{_pct(prop['ci_low'])}, {_pct(prop['ci_high'])}]"
@@ -44,7 +45,7 @@ def _num(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f}"
 
 
-def _score(mean: dict[str, Any] | None) -> str:
+def score_text(mean: dict[str, Any] | None) -> str:
     """``0.812 [0.789, 0.836]``: a mean in [0, 1] with its interval (``stats.mean_interval``); the mean alone
     without one, '-' without a mean."""
     if not mean or mean.get("mean") is None:
@@ -59,10 +60,10 @@ def _engine(single: dict[str, Any]) -> str:
     ci = single.get("engine_score_ci") or {}
     if single.get("engine_score") is None or ci.get("ci_low") is None:
         return _num(single.get("engine_score"))
-    return _score({**ci, "mean": single["engine_score"]})
+    return score_text({**ci, "mean": single["engine_score"]})
 
 
-def _mean_ci(mean: dict[str, Any] | None) -> str:
+def change_text(mean: dict[str, Any] | None) -> str:
     """``+0.123 [+0.045, +0.201]``; results written before the arena had ``mean_return`` show '-'."""
     if not mean or mean.get("mean") is None:
         return "-"
@@ -148,7 +149,7 @@ def _paired_lines(paired: dict[str, Any], confidence: float) -> list[str]:
     if not paired.get("models"):
         return []
     baseline = paired["baseline"]
-    rows = [[name, case, str(c["positions"]), _mean_ci(c["change"]), str(c["better"]), str(c["worse"])]
+    rows = [[name, case, str(c["positions"]), change_text(c["change"]), str(c["better"]), str(c["worse"])]
             for name, cases in paired["models"].items() for case, c in cases.items()]
     return ([f"Change from {baseline} on the same positions (engine score, position by position; the paired "
              f"interval is tighter than the two models' own):", ""]
@@ -170,8 +171,8 @@ def _tactics_table(results: dict[str, Any], names: list[str]) -> list[str]:
         row = [case]
         for m in names:
             tactics = results["models"][m]["single_move"]["cases"][case]["tactics"]
-            row += [_rate_ci(tactics["win_taken"]), _rate_ci(tactics["blocked"])]
-            row += [_score(tactics.get(k)) for k in ("engine_where_tactical", "engine_elsewhere")]  # older: -
+            row += [rate_text(tactics["win_taken"]), rate_text(tactics["blocked"])]
+            row += [score_text(tactics.get(k)) for k in ("engine_where_tactical", "engine_elsewhere")]  # older: -
         rows.append(row)
     return (["One-ply tactics: where a move wins at once, the share of replies that play a winning move; where "
              "the opponent threatens to win at once (and no win is on the board), the share that avoid every move "
@@ -203,7 +204,7 @@ def markdown(results: dict[str, Any]) -> str:
             for m in names:
                 r = results["models"][m]["single_move"]
                 r = r["overall"] if case is None else r["cases"][case]
-                row += [_rate_ci(r["legal"]), _pct(r["format"]["rate"]), _engine(r)]
+                row += [rate_text(r["legal"]), _pct(r["format"]["rate"]), _engine(r)]
                 if case is not None:
                     row.append(_favourite(r.get("favourite")))
                 else:
@@ -232,8 +233,8 @@ def markdown(results: dict[str, Any]) -> str:
                 r = results["models"][m]["arena"]["matches"][i]
                 replies = r["model_moves"] + r["rejected_replies"]
                 rejected = f" ({_pct(r['rejected_replies'] / replies)} %)" if replies else ""
-                row += [f"{r['win']['k']}/{r['draw']['k']}/{r['loss']['k']}", _rate_ci(r["win"]),
-                        _mean_ci(r.get("mean_return")), f"{r['forfeit']['k']}{rejected}"]
+                row += [f"{r['win']['k']}/{r['draw']['k']}/{r['loss']['k']}", rate_text(r["win"]),
+                        change_text(r.get("mean_return")), f"{r['forfeit']['k']}{rejected}"]
             rows.append(row)
         lines += _table(header, rows)
         for skip in first["skipped"]:
@@ -251,7 +252,7 @@ def markdown(results: dict[str, Any]) -> str:
             for m in names:
                 r = results["models"][m]["logic"]
                 r = r["overall"] if case is None else r["cases"][case]
-                row += [_rate_ci(r["accuracy"]), _pct(r["format"]["rate"])]
+                row += [rate_text(r["accuracy"]), _pct(r["format"]["rate"])]
             rows.append(row)
         lines += _table(header, rows) + [""]
     lines += _exploitability_lines(results)
