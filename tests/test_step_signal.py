@@ -306,6 +306,7 @@ def test_verls_trainer_adds_the_metrics_to_its_step_warns_once_and_aborts_when_a
     # verl's clip_ratio counts the one 8-token reply (the step's longest) as clipped under a 64-token cap; none is
     assert first["response_length/max"] == 8 and first["response_length/clip_ratio"] == pytest.approx(1 / 16)
     assert first["signal/response_cap"] == 64 and first["signal/replies_at_cap"] == 0.0
+    assert first["signal/cap_alarm"] == 0.0
     assert steps[4]["signal/group_share"] == 0.0 and steps[4]["collapse/answer_entropy"] == 0.0
     assert steps[4]["collapse/favourite_share"] == 1.0 and steps[4]["signal/alarm"] == 1.0
     assert [steps[n]["collapse/alarm"] for n in range(2, 7)] == [0, 0, 1, 1, 1]
@@ -352,3 +353,17 @@ def test_train_scripts_load_the_module_unless_off_and_pass_abort():
     bad = subprocess.run(["bash", str(TESTS.parent / "train/scripts/openspiel-ppo.sh"), "--dry-run"],
                          capture_output=True, text=True, env={**os.environ, "SIGNAL_CHECK": "loud"})
     assert bad.returncode == 2 and "SIGNAL_CHECK must be one of: warn abort off; got 'loud'" in bad.stderr
+
+
+def test_replies_cut_at_the_cap_warn_after_patience_naming_the_cap():
+    alarm = SignalAlarm()
+    seen = [alarm.observe(step, {"signal/group_share": 0.5, "signal/replies_at_cap": share,
+                                 "signal/response_cap": 512.0})
+            for step, share in enumerate([0.48, 0.48, 0.1, 0.48, 0.48, 0.48, 0.3], start=1)]
+    assert [flags["signal/cap_alarm"] for _, flags in seen] == [0, 0, 0, 0, 0, 1, 1]  # 3 steps running, reset at 0.1
+    lines = [line for step_lines, _ in seen for line in step_lines]
+    assert len(lines) == 1 and lines[0].startswith(
+        f"{signal_alarm.MARK}: step 6: 48% of replies reached the 512-token response cap for 3 steps")
+    assert "MAX_RESPONSE_LENGTH" in lines[0]
+    # no cap metrics (verl without its length metrics): no flag, no line
+    assert SignalAlarm().observe(1, {"signal/group_share": 0.5}) == ([], {"signal/alarm": 0.0})

@@ -1,6 +1,6 @@
 """Console alarms on the per-step learning-signal and collapse metrics (``verl_ext.group_stats``).
 
-Two alarms, each one line on stdout, printed when it starts and again every ``REPEAT_STEPS`` steps while it lasts:
+Three alarms, each one line on stdout, printed when it starts and again every ``REPEAT_STEPS`` steps while it lasts:
 
 - no learning signal: ``signal/group_share`` < ``NO_SIGNAL_SHARE`` on the first step or for ``PATIENCE`` steps
   running. With ``SIGNAL_CHECK=abort`` (``VERL_EXT_SIGNAL_CHECK``) a first step whose share is below
@@ -9,6 +9,8 @@ Two alarms, each one line on stdout, printed when it starts and again every ``RE
   favourite "answer" is no answer, which the first alarm covers): ``collapse/answer_entropy`` below
   ``ENTROPY_FRACTION`` of the first step's (when that was at least ``MIN_BASELINE_ENTROPY``),
   ``collapse/favourite_share`` > ``FAVOURITE_SHARE``, or ``collapse/distinct_answers`` < ``DISTINCT_ANSWERS``.
+- replies cut at the response cap: ``signal/replies_at_cap`` >= ``CAP_SHARE`` for ``PATIENCE`` steps running
+  (a cut reply is judged as it stands: an answer not yet written earns nothing).
 
 The "first step" is the first one this process trains (step 1, or the first after a resume).
 """
@@ -29,6 +31,9 @@ MIN_BASELINE_ENTROPY = 0.1
 FAVOURITE_SHARE = 0.8
 DISTINCT_ANSWERS = 1.5
 MIN_FORMAT_RATE = 0.5
+CAP_SHARE = 0.2
+CAP_CURES = ("cures: a larger response budget (MAX_RESPONSE_LENGTH, data.max_response_length), or a prompt / cold "
+             "start that answers sooner")
 NO_SIGNAL_CURES = "cures: cold start (SFT), a different prompt or system prompt, easier tasks"
 COLLAPSE_CURES = ("cures: an entropy bonus (actor_rollout_ref.actor.entropy_coeff), clip-higher "
                   "(actor_rollout_ref.actor.clip_ratio_high), a KL anchor (KL_LOSS_COEF), a lower LR")
@@ -69,9 +74,11 @@ class SignalAlarm:
     first_step: int | None = None
     no_signal: _Streak = field(default_factory=_Streak)
     collapse: _Streak = field(default_factory=_Streak)
+    at_cap: _Streak = field(default_factory=_Streak)
 
     def observe(self, step: int, metrics: dict[str, float]) -> tuple[list[str], dict[str, float]]:
-        """Lines to print for this step's metrics, and ``signal/alarm`` / ``collapse/alarm`` (1 while it holds)."""
+        """Lines to print for this step's metrics, and ``signal/alarm`` / ``collapse/alarm`` / ``signal/cap_alarm`` (1
+        while it holds)."""
         first = self.first_step is None
         if first:
             self.first_step = step
@@ -91,6 +98,17 @@ class SignalAlarm:
             if due:
                 lines.append(f"{MARK}: step {step}: policy collapse for {self.collapse.steps} steps: "
                              f"{'; '.join(reasons)} — {COLLAPSE_CURES} ({DOCS})")
+        at_cap = metrics.get("signal/replies_at_cap")
+        if at_cap is not None:
+            holds = at_cap >= CAP_SHARE
+            due = self.at_cap.update(holds, step, PATIENCE)
+            flags["signal/cap_alarm"] = float(self.at_cap.steps >= PATIENCE)
+            if due:
+                cap = metrics.get("signal/response_cap")
+                budget = f"the {cap:.0f}-token response cap" if cap else "the response cap"
+                lines.append(f"{MARK}: step {step}: {at_cap:.0%} of replies reached {budget} for "
+                             f"{self.at_cap.steps} steps (>= {CAP_SHARE:.0%}): they are cut, answer or not — "
+                             f"{CAP_CURES} ({DOCS})")
         return lines, flags
 
     def should_abort(self, step: int, metrics: dict[str, float]) -> str:
