@@ -58,6 +58,8 @@ def test_passes_give_engine_score_favourite_and_tactics_per_case(tmp_path, capsy
     assert first["favourite"] == "<answer>x(1,1)</answer>" and first["favourite_share"] == pytest.approx(1.0)
     assert (first["took_win"]["k"], first["took_win"]["n"]) == (1, 2)
     assert (first["blocked"]["k"], first["blocked"]["n"]) == (0, 1)
+    # the missed win (0.5) and the missed block (0.0) cost 0.5 and 1.0 of the pass's 3 positions
+    assert first["lost_to_missed_wins"] == pytest.approx(0.5 / 3) and first["lost_to_missed_blocks"] == pytest.approx(1 / 3)
     second = by_key[(20, "tic_tac_toe")]
     assert second["favourite"] == "answer id 9.0"  # no kept reply shows its text, and no action hashes to 9
     assert by_key[(20, "connect_four")]["favourite"] == "action 0 (no reply kept)"

@@ -84,6 +84,10 @@ def summarise(rows: list[dict[str, Any]], test_freq: int, texts: dict[tuple[Any,
             "favourite": favourite, "favourite_share": count / max(1, sum(replies.values())),
             "took_win": proportion(sum(1 for r in wins if r.get("win_taken")), len(wins)),
             "blocked": proportion(sum(1 for r in blocks if r.get("blocked")), len(blocks)),
+            # the engine score the pass loses on wins not taken and threats not blocked, over all its positions:
+            # what taking every win / making every block would add at most (another move may be worth as much)
+            "lost_to_missed_wins": _lost(wins, "win_taken", len(group)),
+            "lost_to_missed_blocks": _lost(blocks, "blocked", len(group)),
         })
     return records
 
@@ -101,6 +105,10 @@ def _scores_by_pass(rows: list[dict[str, Any]]) -> dict[tuple[int, str], dict[in
 def _paired(mine: dict[int, float], theirs: dict[int, float]) -> dict[str, Any] | None:
     common = sorted(mine.keys() & theirs.keys())
     return paired_summary([mine[s] for s in common], [theirs[s] for s in common]) if common else None
+
+
+def _lost(rows: list[dict[str, Any]], taken: str, n: int) -> float:
+    return sum(1.0 - float(r.get("task_score") or 0.0) for r in rows if not r.get(taken)) / max(1, n)
 
 
 def paired_changes(rows: list[dict[str, Any]], records: list[dict[str, Any]],
@@ -158,12 +166,13 @@ def to_markdown(records: list[dict[str, Any]]) -> str:
     """A table with one row per (pass, case)."""
     lines = ["| step | case | n | engine score [95 %] | on positions with a win or a block | elsewhere | legal % | "
              "favourite answer (share of legal replies) | took the win % [95 %] (chances) | "
-             "blocked % [95 %] (threats) |", "|---" * 10 + "|"]
+             "blocked % [95 %] (threats) | score lost to missed wins / blocks |", "|---" * 11 + "|"]
     for r in records:
         lines.append(f"| {r['step']} | {r['case']} | {r['n']} | {score_text(r['engine'])} | "
                      f"{score_text(r['engine_tactical'])} | {score_text(r['engine_quiet'])} | "
                      f"{100 * r['legal']['rate']:.1f} | `{r['favourite']}` "
-                     f"({100 * r['favourite_share']:.0f} %) | {_rate(r['took_win'])} | {_rate(r['blocked'])} |")
+                     f"({100 * r['favourite_share']:.0f} %) | {_rate(r['took_win'])} | {_rate(r['blocked'])} | "
+                     f"{r['lost_to_missed_wins']:.3f} / {r['lost_to_missed_blocks']:.3f} |")
     return "\n".join(lines) + "\n"
 
 
