@@ -166,6 +166,19 @@ def test_the_four_gpu_plan_three_split_arms_and_one_game_run(tmp_path):
         f"run=g stages={s} gpu=3 ray=127.0.0.1:6393" for s in ("grpo", "merge", "eval")]
 
 
+def test_the_two_gpu_plan_one_single_move_arm_and_one_game_run(tmp_path):
+    """docs/games.md, the plan for the next session on two GPUs: a driver per GPU, each with its own cold start and
+    one run; the second driver's cold start and run both on GPU 1."""
+    first, calls = _drive(tmp_path / "split", gpus=2, names=("a",), PARALLEL="1")
+    assert first.returncode == 0, first.stderr
+    assert [c for c in calls if c.startswith("run=a ")] == [
+        f"run=a stages={s} gpu=0 ray=127.0.0.1:6390" for s in ("grpo", "merge", "eval")]
+    second, calls = _drive(tmp_path / "games", gpus=2, names=("g",), PARALLEL="1", GPU_OFFSET="1")
+    assert second.returncode == 0, second.stderr
+    assert calls == ["run=base stages=model export sft hf gpu=1 ray=unset"] + [
+        f"run=g stages={s} gpu=1 ray=127.0.0.1:6391" for s in ("grpo", "merge", "eval")]
+
+
 def test_pack_logs_packs_a_running_runs_logs_only_and_replaces_its_archive_whole(tmp_path):
     """bench/device/lent_gpu_env.sh pack_logs: the last call of a session packs the logs of GRPO stages still
     running (the driver packs a run only after a stage ends), without checkpoints, one archive per run."""
