@@ -179,23 +179,34 @@ def test_the_two_gpu_plan_one_single_move_arm_and_one_game_run(tmp_path):
         f"run=g stages={s} gpu=1 ray=127.0.0.1:6391" for s in ("grpo", "merge", "eval")]
 
 
-def test_pack_logs_packs_a_running_runs_logs_only_and_replaces_its_archive_whole(tmp_path):
-    """bench/device/lent_gpu_env.sh pack_logs: the last call of a session packs the logs of GRPO stages still
-    running (the driver packs a run only after a stage ends), without checkpoints, one archive per run."""
-    root, out = tmp_path / "root", tmp_path / "out"
-    run = root / "run-a"
-    (run / "logs").mkdir(parents=True)
-    (run / "logs" / "grpo.samples.jsonl").write_text('{"split": "val"}\n')
-    (run / "run.log").write_text("step:100\n")
-    (run / "grpo" / "global_step_100").mkdir(parents=True)
-    (run / "grpo" / "global_step_100" / "model.pt").write_bytes(b"\0" * 1024)
-    (root / "run-b").mkdir()  # no logs yet: nothing to pack
-    (out).mkdir()
-    (out / "run-a-logs.tgz").write_text("an older, partial archive")
-    script = (f"source bench/device/lent_gpu_env.sh && pack_logs {root} {out} run-a run-b missing")
+def test_collect_out_packs_every_run_as_it_stands_without_weights_one_archive_each(tmp_path):
+    """bench/device/lent_gpu_env.sh collect_out: the last call of a session packs runs whose GRPO stage is still
+    running (the driver packs a run only after a stage ends), without checkpoints, prefixed by their root so that
+    two drivers' cold starts (both `base`) do not collide; the driver's logs go with the cold start."""
+    out = tmp_path / "out"
+    for root_name, runs in (("ab", ("base", "run-a")), ("games", ("base", "run-g"))):
+        root = tmp_path / root_name
+        (root / "code").mkdir(parents=True)  # the copied checkout: not a run
+        (root / "out").mkdir()  # the driver's own packs: not a run
+        (root / "driver.log").write_text("PARALLEL: 1 runs\n")
+        for run in runs:
+            (root / run / "logs").mkdir(parents=True)
+            (root / run / "logs" / "x.metrics.jsonl").write_text("{}\n")
+            (root / run / "run.log").write_text("step:100\n")
+            (root / run / "grpo" / "global_step_100").mkdir(parents=True)
+            (root / run / "grpo" / "global_step_100" / "model.pt").write_bytes(b"\0" * 1024)
+            (root / run / "sft_hf").mkdir()
+            (root / run / "sft_hf" / "model.safetensors").write_bytes(b"\0" * 1024)
+        (root / "not-started").mkdir()  # no logs yet: nothing to pack
+    out.mkdir()
+    (out / "ab-run-a.tgz").write_text("an older, partial archive")
+    script = f"source bench/device/lent_gpu_env.sh && collect_out {out} {tmp_path / 'ab'} {tmp_path / 'games'} {tmp_path / 'gone'}"
     done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, cwd=REPO, timeout=60)
     assert done.returncode == 0, done.stderr
-    assert "pack_logs: no " in done.stderr and "missing" in done.stderr
-    with tarfile.open(out / "run-a-logs.tgz") as archive:
-        assert sorted(archive.getnames()) == ["run-a/logs", "run-a/logs/grpo.samples.jsonl", "run-a/run.log"]
-    assert sorted(p.name for p in out.iterdir()) == ["run-a-logs.tgz"]  # no run-b archive, no partial file left
+    assert "collect_out: no " in done.stderr and "gone" in done.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["ab-base.tgz", "ab-run-a.tgz", "games-base.tgz", "games-run-g.tgz"]
+    with tarfile.open(out / "ab-run-a.tgz") as archive:
+        names = sorted(archive.getnames())
+    assert names == ["run-a", "run-a/logs", "run-a/logs/x.metrics.jsonl", "run-a/run.log"]  # no grpo/, no sft_hf/
+    with tarfile.open(out / "games-base.tgz") as archive:
+        assert "driver.log" in archive.getnames() and "base/logs/x.metrics.jsonl" in archive.getnames()

@@ -42,33 +42,54 @@ machine_facts() {
 # clusters share verl 0.9.1's weight-sync socket path and hang (docs/runs/2026-11-23-h100-run4/).
 : "${DETACH_LOCK:=/tmp/verl-ext-detached.pid}"
 
-# Everything small of a run folder (no weights, checkpoints or data), with the GPU it ran on in gpu.txt, into
-# OUT/NAME.tgz (bench/learning/gpu_shared_cold_start.sh, gpu_sft_sweep.sh): pack_run_dir ROOT NAME OUT
+# ROOT/NAME (and PATH... relative to ROOT) without weights, checkpoints or data into FILE, written under TMPDIR and
+# then moved, so FILE is always a whole archive: tar_run ROOT NAME FILE [PATH...]
+tar_run() {
+  local root="$1" name="$2" file="$3" part
+  shift 3
+  part="$(mktemp "${TMPDIR:-/tmp}/tar_run.XXXXXX")" || return 1
+  if tar czf "$part" -C "$root" --exclude='*.safetensors' --exclude='*.pt' --exclude='*.parquet' \
+       --exclude="$name/model" --exclude="$name/sft" --exclude="$name/grpo" --exclude="$name/sft_hf" \
+       --exclude="$name/grpo_hf" "$name" "$@"; then
+    mv -f "$part" "$file"
+  else
+    rm -f "$part"
+    return 1
+  fi
+}
+
+# Everything small of a run folder, with the GPU it ran on in gpu.txt, into OUT/NAME.tgz
+# (bench/learning/gpu_shared_cold_start.sh, gpu_sft_sweep.sh): pack_run_dir ROOT NAME OUT
 pack_run_dir() {
   local root="$1" name="$2" out="$3"
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$root/$name/gpu.txt" 2>&1 || true
-  tar czf "$out/$name.tgz" -C "$root" --exclude='*.safetensors' --exclude='*.pt' --exclude='*.parquet' \
-    --exclude="$name/model" --exclude="$name/sft" --exclude="$name/grpo" --exclude="$name/sft_hf" \
-    --exclude="$name/grpo_hf" "$name"
+  tar_run "$root" "$name" "$out/$name.tgz"
 }
 
-# The logs of runs still in progress (ROOT/NAME/logs and ROOT/NAME/run.log) into OUT/NAME-logs.tgz, each archive
-# replaced whole (written beside, then renamed), so a call cut by the device budget returns the last complete one:
-# pack_logs ROOT OUT NAME... . A GRPO stage is packed by the driver only when it ends; the last call of a session
-# repeats this every few seconds until its limit (docs/runs/2026-11-27-h200x2-smollm2-split-tactical/: both runs'
-# step-100 validation came back with 16 s of device time left):
-#   for i in $(seq 20); do pack_logs /tmp/ab "$OUT" run-a run-b; sleep 8; done
-pack_logs() {
-  local root="$1" out="$2" name
-  shift 2
+# For the last call of a lent-GPU session: every run folder under each ROOT as it stands, into OUT/<root>-<name>.tgz
+# (the cold start's with the driver's logs, ROOT/*.log), each archive whole: collect_out OUT ROOT... . The driver
+# packs a run only when a stage ends; a GRPO stage still running is packed here. Repeated every few seconds until
+# the call's limit, a call cut by the device budget still returns the last complete set
+# (docs/runs/2026-11-27-h200x2-smollm2-split-tactical/: both runs' step-100 validation came back with 16 s left):
+#   for i in $(seq 20); do collect_out "$OUT" /tmp/ab /tmp/games; sleep 8; done
+# Two roots of one cold start and three runs each stay within the 8 files the device tool returns.
+collect_out() {
+  local out="$1" root tag dir name logs
+  shift
   mkdir -p "$out"
-  for name in "$@"; do
-    [[ -d "$root/$name" ]] || { echo "pack_logs: no $root/$name" >&2; continue; }
-    local parts=()
-    [[ -d "$root/$name/logs" ]] && parts+=("$name/logs")
-    [[ -f "$root/$name/run.log" ]] && parts+=("$name/run.log")
-    (( ${#parts[@]} )) || continue
-    tar czf "$out/.$name-logs.tgz.part" -C "$root" "${parts[@]}" && mv -f "$out/.$name-logs.tgz.part" "$out/$name-logs.tgz"
+  for root in "$@"; do
+    [[ -d "$root" ]] || { echo "collect_out: no $root" >&2; continue; }
+    tag="$(basename "$root")"
+    for dir in "$root"/*/; do
+      name="$(basename "$dir")"
+      [[ "$name" == code || "$name" == out ]] && continue
+      [[ -d "$dir/logs" || -f "$dir/run.log" ]] || continue
+      logs=()
+      if [[ "$name" == base ]]; then
+        mapfile -t logs < <(cd "$root" && compgen -G '*.log')
+      fi
+      tar_run "$root" "$name" "$out/$tag-$name.tgz" ${logs[@]+"${logs[@]}"} || echo "collect_out: could not pack $dir" >&2
+    done
   done
 }
 
