@@ -326,6 +326,33 @@ def test_the_tactical_dr_grpo_arm_differs_from_the_tactical_run_in_the_std_divis
     assert tactical == dr_grpo
 
 
+def test_the_columns_arm_is_the_tactical_arm_on_column_boards_for_80_steps(tmp_path):
+    """smollm2-columns-base.env + smollm2-columns-tactical-grpo80.env: the split cold start and the tactical arm with
+    every board drawn with one line per column (openspiel.board_text=columns), 80 steps; the cold start draws its
+    SFT rows with the same board text, and nothing else differs."""
+    configs = []
+    for base, run in (("smollm2-split-base", "smollm2-split-tactical-grpo100"),
+                      ("smollm2-columns-base", "smollm2-columns-tactical-grpo80")):
+        stages = _driver_dry_run(tmp_path / base, RUNS / f"{base}.env", RUNS / f"{run}.env")
+        cfg = compose("ppo_trainer", overrides_of(stages["grpo"][0]))
+        assert check_ppo(cfg, check_imports=False) == [], run
+        configs.append(OmegaConf.to_container(cfg))
+    raw, columns = configs
+    assert columns["data"]["env"]["openspiel"].pop("board_text") == "columns"
+    assert "board_text" not in raw["data"]["env"]["openspiel"]
+    assert (raw["trainer"]["total_training_steps"], columns["trainer"]["total_training_steps"]) == (100, 80)
+    assert columns["trainer"]["save_freq"] == 80
+    for cfg in configs:
+        cfg["trainer"].pop("total_training_steps"), cfg["trainer"].pop("save_freq")
+        cfg["data"].pop("train_files", None), cfg["data"].pop("val_files", None)
+        for key in ("default_local_dir", "experiment_name"):
+            cfg["trainer"].pop(key, None)
+        cfg["actor_rollout_ref"]["model"].pop("path", None)
+    assert raw == columns
+    export = " ".join(_driver_dry_run(tmp_path / "cold", RUNS / "smollm2-columns-base.env", None)["export"][0])
+    assert "board_text" in export and "columns" in export
+
+
 def test_the_group_filtering_arm_uses_verls_sampler_and_differs_from_the_split_run_in_that_only(tmp_path):
     """smollm2-split-filter-grpo100.env: the split run with DAPO's dynamic sampling (algorithm.filter_groups on the
     canonical reward), which verl gives its own sampler only: the poll sampler is off (ROLLOUT_POLL_INTERVAL=off)."""

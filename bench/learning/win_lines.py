@@ -22,13 +22,13 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from verl_ext.envs.board_text import LINE_LENGTHS
 from verl_ext.envs.openspiel_rules import load_game
 from verl_ext.envs.tactics import one_ply
 from verl_ext.mixture import EnvMixture
 from verl_ext.sample_view import log_lines
 
 DIRECTIONS = {"vertical": (1, 0), "horizontal": (0, 1), "diagonal": (1, 1), "anti-diagonal": (1, -1)}
-LINE_GAMES = {"tic_tac_toe": 3, "connect_four": 4}  # cells in a row that win
 
 
 def winning_line(case: str, state_str: str, action: int) -> str:
@@ -49,7 +49,7 @@ def winning_line(case: str, state_str: str, action: int) -> str:
             r, c = row + sign * dr, col + sign * dc
             while 0 <= r < len(board) and 0 <= c < len(board[0]) and board[r][c] == mark:
                 run, r, c = run + 1, r + sign * dr, c + sign * dc
-        if run >= LINE_GAMES[case]:
+        if run >= LINE_LENGTHS[case]:
             return "diagonal" if "diagonal" in name else name
     return "?"
 
@@ -62,7 +62,7 @@ def win_lines(rows: list[dict[str, Any]], mixture: EnvMixture, test_freq: int) -
     counts: dict[tuple[int, str], dict[str, list[int]]] = defaultdict(lambda: defaultdict(lambda: [0, 0]))
     for row in rows:
         case, seed = str(row.get("case")), row.get("seed")
-        if case not in LINE_GAMES or not isinstance(seed, int) or not row.get("win_chance"):
+        if case not in LINE_LENGTHS or not isinstance(seed, int) or not row.get("win_chance"):
             continue
         if (case, seed) not in kinds:
             ref = refs.get((case, seed))
@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             if isinstance(row, dict) and row.get("split") == "val":
                 rows.append(row)
-    cases = sorted({str(r.get("case")) for r in rows} & set(LINE_GAMES))
+    cases = sorted({str(r.get("case")) for r in rows} & set(LINE_LENGTHS))
     if not cases:
         parser.error(f"{args.log}: no held-out tic_tac_toe or connect_four rows")
     mixture = EnvMixture({"openspiel": {"game_types": cases, "num_tasks_per_case": args.num_tasks_per_case,

@@ -368,7 +368,7 @@ class OpenSpielAdapter:
         ``card_games.py``); a board drawn in ``board_text`` style (``board_text.py``)."""
         game_type = game.get_type()
         if game_type.information == pyspiel.GameType.Information.PERFECT_INFORMATION:
-            return render_board(str(state), board_text)
+            return render_board(str(state), board_text, game_type.short_name)
         mode = self.config.observation
         use_info_state = game_type.provides_information_state_string and (
             mode == "information_state" or (mode == "auto"))
@@ -383,7 +383,7 @@ class OpenSpielAdapter:
         """The prompt for the player to move at decision node ``state`` of ``case``: its own view of the game
         (the full board for perfect information) and its legal moves. Training tasks and games use it;
         ``compact`` drops the closing notes and instructions (for later turns of a game, where they were shown
-        once); ``board_text`` overrides the configured board style (``raw`` / ``grid``)."""
+        once); ``board_text`` overrides the configured board style (``raw`` / ``grid`` / ``columns`` / ``lines``)."""
         game = load_game(case)
         player = state.current_player()
         moves = [state.action_to_string(player, a) for a in state.legal_actions(player)]
