@@ -280,16 +280,19 @@ def _split_arm_configs(tmp_path, *names: str) -> list[dict]:
     return configs
 
 
-def test_the_dr_grpo_arm_differs_from_the_split_run_in_the_std_division_and_kl_only(tmp_path):
-    """smollm2-split-drgrpo-grpo100.env: the split run without the std division (Dr. GRPO), its KL anchor scaled
-    0.1 -> 0.02 with the smaller policy-gradient loss (docs/runs/2026-11-27-cpu-advantage-pull/)."""
-    split, dr_grpo = _split_arm_configs(tmp_path, "smollm2-split-grpo100", "smollm2-split-drgrpo-grpo100")
-    assert split["algorithm"]["norm_adv_by_std_in_grpo"] is True
+@pytest.mark.parametrize("baseline, arm", [("smollm2-split-grpo100", "smollm2-split-drgrpo-grpo100"),
+                                           ("smollm2-split-tactical-grpo100", "smollm2-split-tactical-drgrpo-grpo100")])
+def test_a_dr_grpo_arm_differs_from_its_baseline_in_the_std_division_and_kl_only(tmp_path, baseline, arm):
+    """smollm2-split-drgrpo-grpo100.env and its tactical twin: the run beside them without the std division
+    (Dr. GRPO), its KL anchor scaled 0.1 -> 0.02 with the smaller policy-gradient loss
+    (docs/runs/2026-11-27-cpu-advantage-pull/)."""
+    reference, dr_grpo = _split_arm_configs(tmp_path, baseline, arm)
+    assert reference["algorithm"]["norm_adv_by_std_in_grpo"] is True
     assert dr_grpo["algorithm"]["norm_adv_by_std_in_grpo"] is False
     assert dr_grpo["actor_rollout_ref"]["actor"]["kl_loss_coef"] == 0.02
     dr_grpo["algorithm"]["norm_adv_by_std_in_grpo"] = True
     dr_grpo["actor_rollout_ref"]["actor"]["kl_loss_coef"] = 0.1
-    assert split == dr_grpo
+    assert reference == dr_grpo
 
 
 def test_the_tactical_arm_differs_from_the_split_run_in_its_training_positions_only(tmp_path):
@@ -313,17 +316,6 @@ def test_the_faster_tactical_arm_differs_from_the_tactical_run_in_its_learning_r
     assert faster["data"]["env"]["train_positions"] == "tactical"
     faster["actor_rollout_ref"]["actor"]["optim"]["lr"] = 3e-5
     assert tactical == faster
-
-
-def test_the_tactical_dr_grpo_arm_differs_from_the_tactical_run_in_the_std_division_and_kl_only(tmp_path):
-    """smollm2-split-tactical-drgrpo-grpo100.env: the Dr. GRPO arm's two changes on the tactical arm."""
-    tactical, dr_grpo = _split_arm_configs(tmp_path, "smollm2-split-tactical-grpo100",
-                                           "smollm2-split-tactical-drgrpo-grpo100")
-    assert dr_grpo["algorithm"]["norm_adv_by_std_in_grpo"] is False
-    assert dr_grpo["actor_rollout_ref"]["actor"]["kl_loss_coef"] == 0.02
-    dr_grpo["algorithm"]["norm_adv_by_std_in_grpo"] = True
-    dr_grpo["actor_rollout_ref"]["actor"]["kl_loss_coef"] = 0.1
-    assert tactical == dr_grpo
 
 
 def test_the_columns_arm_is_the_tactical_arm_on_column_boards_for_80_steps(tmp_path):

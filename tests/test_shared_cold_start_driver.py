@@ -151,32 +151,21 @@ def test_more_runs_than_gpus_share_one(tmp_path):
     assert all("gpu=unset" in c for c in calls)
 
 
-def test_the_four_gpu_plan_three_split_arms_and_one_game_run(tmp_path):
-    """docs/games.md "A GPU per run" on nvidia-h100-x4: the split cold start with three GRPO arms on GPUs 0-2, and a
-    second driver (GPU_OFFSET=3) with a whole-game cold start and one run on GPU 3."""
-    first, calls = _drive(tmp_path / "split", gpus=4, names=("a", "b", "c"), PARALLEL="1")
+@pytest.mark.parametrize("gpus, arms", [(4, ("a", "b", "c")), (2, ("a",))])
+def test_the_plans_single_move_arms_then_one_game_run_on_the_last_gpu(tmp_path, gpus, arms):
+    """docs/games.md: on nvidia-h100-x4 the split cold start with three GRPO arms on GPUs 0-2, on two GPUs with one
+    arm on GPU 0; in both a second driver (GPU_OFFSET, the last GPU) with a whole-game cold start and one run there."""
+    first, calls = _drive(tmp_path / "split", gpus=gpus, names=arms, PARALLEL="1")
     assert first.returncode == 0, first.stderr
     assert "a GPU each, every stage at once" in first.stdout
-    for name, gpu in (("a", 0), ("b", 1), ("c", 2)):
+    for gpu, name in enumerate(arms):
         assert [c for c in calls if c.startswith(f"run={name} ")] == [
             f"run={name} stages={s} gpu={gpu} ray=127.0.0.1:{6390 + gpu}" for s in ("grpo", "merge", "eval")]
-    second, calls = _drive(tmp_path / "games", gpus=4, names=("g",), PARALLEL="1", GPU_OFFSET="3")
+    last = gpus - 1
+    second, calls = _drive(tmp_path / "games", gpus=gpus, names=("g",), PARALLEL="1", GPU_OFFSET=str(last))
     assert second.returncode == 0, second.stderr
-    assert calls == ["run=base stages=model export sft hf gpu=3 ray=unset"] + [
-        f"run=g stages={s} gpu=3 ray=127.0.0.1:6393" for s in ("grpo", "merge", "eval")]
-
-
-def test_the_two_gpu_plan_one_single_move_arm_and_one_game_run(tmp_path):
-    """docs/games.md, the plan for the next session on two GPUs: a driver per GPU, each with its own cold start and
-    one run; the second driver's cold start and run both on GPU 1."""
-    first, calls = _drive(tmp_path / "split", gpus=2, names=("a",), PARALLEL="1")
-    assert first.returncode == 0, first.stderr
-    assert [c for c in calls if c.startswith("run=a ")] == [
-        f"run=a stages={s} gpu=0 ray=127.0.0.1:6390" for s in ("grpo", "merge", "eval")]
-    second, calls = _drive(tmp_path / "games", gpus=2, names=("g",), PARALLEL="1", GPU_OFFSET="1")
-    assert second.returncode == 0, second.stderr
-    assert calls == ["run=base stages=model export sft hf gpu=1 ray=unset"] + [
-        f"run=g stages={s} gpu=1 ray=127.0.0.1:6391" for s in ("grpo", "merge", "eval")]
+    assert calls == [f"run=base stages=model export sft hf gpu={last} ray=unset"] + [
+        f"run=g stages={s} gpu={last} ray=127.0.0.1:{6390 + last}" for s in ("grpo", "merge", "eval")]
 
 
 def test_collect_out_packs_every_run_as_it_stands_without_weights_one_archive_each(tmp_path):

@@ -66,12 +66,12 @@ def win_lines(rows: list[dict[str, Any]], mixture: EnvMixture, test_freq: int) -
             continue
         if (case, seed) not in kinds:
             ref = refs.get((case, seed))
-            tactic = one_ply(case, mixture.build(ref).state) if ref is not None else None
+            state = mixture.build(ref).state if ref is not None else None
+            tactic = one_ply(case, state) if state is not None else None
             if tactic is None or not tactic.win_available:
                 raise ValueError(f"held-out {case} seed {seed}: the log has a win on the board, the rebuilt position "
                                  "does not: pass the run's env settings (--held-out-share, --val-tasks-per-case, "
                                  "--num-tasks-per-case, --seed)")
-            state = mixture.build(ref).state
             lines = {winning_line(case, state, action) for action in tactic.winning}
             kinds[(case, seed)] = lines.pop() if len(lines) == 1 else "several"
         tally = counts[(int(row.get("block") or 0), case)][kinds[(case, seed)]]
