@@ -16,7 +16,9 @@ from verl_ext.envs.openspiel_env import DEFAULT_CASES
 from verl_ext.export import build_rows
 from verl_ext.games import GAME_AGENT_NAME, RECORD_FIELD, SINGLE_TURN_AGENT_NAME
 from verl_ext.games.budget import game_cost, measure
-from verl_ext.games.match import FALLBACK, FORFEIT, RETRY, GameRecord, Match, MatchRules
+from verl_ext.envs.episode import MoveCheck
+from verl_ext.games.match import (FALLBACK, FORFEIT, LISTED_MOVES, RETRY, SHOWN_ANSWER_CHARS, GameRecord, Match,
+                                   MatchRules, correction_text)
 from verl_ext.games.scoring import GAME_METRIC_KEYS, game_metrics, outcome_value, score_game
 from verl_ext.mixture import EnvMixture
 from verl_ext.reward import METRIC_KEYS, compute_score
@@ -76,9 +78,35 @@ def test_forfeit_after_the_allowed_retries_and_the_conversation_shows_them():
         "loss", "illegal_move", 3, 2, 0)
     roles = [m["role"] for m in match.conversation(0)]
     assert roles == ["user", "assistant", "user", "assistant", "user", "assistant"]
-    assert "rejected (illegal_move)" in match.conversation(0)[2]["content"]
+    legal = "x(0,0), x(0,1), x(0,2), x(1,0), x(1,1), x(1,2), x(2,0), x(2,1), x(2,2)"
+    assert match.conversation(0)[2]["content"] == (
+        "That reply was rejected (illegal_move: x(5,5) is not a legal move now). "
+        f"Legal moves: {legal}. End your reply with exactly one of them, in the form <answer>MOVE</answer>.")
     with pytest.raises(RuntimeError, match="without a pending request"):
         match.submit("<answer>x(0,0)</answer>")
+
+
+def test_the_correction_after_a_full_column_names_it_and_lists_the_open_columns():
+    # the connect_four cold start's forfeits: it named its favourite column after the column was full
+    match = Match(adapter("connect_four").start_episode("connect_four", 0, 0), Opponent("self"),
+                  MatchRules(illegal_retries=1))
+    for _ in range(6):
+        turn = match.next_request()
+        assert match.submit(f"<answer>{'x' if turn.player == 0 else 'o'}3</answer>") == "accepted"
+    turn = match.next_request()
+    assert "x3" not in turn.legal_moves and match.submit("<answer>x3</answer>") == RETRY
+    correction = match.conversation(0)[-1]["content"]
+    assert "x3 is not a legal move now" in correction
+    assert "Legal moves: x0, x1, x2, x4, x5, x6." in correction
+
+
+def test_the_correction_cuts_a_long_answer_and_does_not_list_a_long_move_list():
+    long_answer = "o" * 5000
+    text = correction_text(MoveCheck(long_answer, False, "illegal_move"), [f"m{i}" for i in range(LISTED_MOVES + 1)])
+    assert "o" * SHOWN_ANSWER_CHARS + "... is not a legal move now" in text and len(text) < 300
+    assert "m0" not in text and "legal move from the list" in text
+    unparsed = correction_text(MoveCheck(None, False, "no_answer_tag"), ["a", "b"])
+    assert unparsed.startswith("That reply was rejected (no_answer_tag). Legal moves: a, b.")
 
 
 def test_a_self_play_opponent_that_fails_gets_a_random_move_not_a_forfeit():
