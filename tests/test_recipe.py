@@ -8,6 +8,7 @@ import os
 import shlex
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -366,3 +367,28 @@ def test_tactical_positions_reach_the_signal_check_and_grpo_only(tmp_path):
                                                                         "verl_ext.launch.ppo_main")).data.env
     bad = recipe("--dry-run", GRPO_POSITIONS="tactics", check=False, **env)
     assert bad.returncode == 2 and "GRPO_POSITIONS must be one of: all tactical; got 'tactics'" in bad.stderr
+
+
+def test_a_second_recipe_on_the_same_run_folder_is_refused_until_the_first_ends(tmp_path):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    lock = run_dir / ".recipe.lock"
+    (run_dir / ".recipe.owner").write_text("pid 1234, stages merge eval plot, since 2026-11-27T14:13:41Z\n")
+    holder = subprocess.Popen(["flock", "--close", str(lock), "sleep", "60"])  # the lock stays with flock itself
+    try:
+        # wait until the holder has the lock (flock -n fails while it is held)
+        for _ in range(100):
+            if subprocess.run(["flock", "-n", str(lock), "true"]).returncode != 0:
+                break
+            time.sleep(0.05)
+        refused = recipe("plot", check=False, RUN_DIR=str(run_dir))
+        assert refused.returncode == 3, refused.stderr
+        assert f"another recipe is running stages in {run_dir} (pid 1234, stages merge eval plot" in refused.stderr
+        assert not (run_dir / "timings.jsonl").exists()  # nothing ran
+    finally:
+        holder.kill()
+        holder.wait()
+    # the lock went with its process: the same stage now runs (and stops for its own reason)
+    ran = recipe("plot", check=False, RUN_DIR=str(run_dir))
+    assert ran.returncode == 2 and "no metrics in" in ran.stderr
+    assert (run_dir / ".recipe.owner").read_text().startswith("pid ")

@@ -443,6 +443,25 @@ stage_status() {
   done
 }
 
+# One recipe at a time per run folder: two would write the same checkpoints, merged model and eval at once (a run
+# whose GRPO stage was ended by hand had its merge and eval started again beside the driver's own: two merges into
+# one folder, and one eval's vLLM found no free GPU memory). flock's lock goes with the process, so a killed recipe
+# leaves none behind; the stages run with the lock's descriptor closed, so no server they start can keep it.
+lock_run_dir() {
+  if ! command -v flock > /dev/null; then
+    echo "recipe: no flock on this machine; a second recipe on $RUN_DIR would not be refused" >&2
+    return 0
+  fi
+  mkdir -p "$RUN_DIR"
+  exec 9>> "$RUN_DIR/.recipe.lock"
+  if ! flock -n 9; then
+    echo "recipe: another recipe is running stages in $RUN_DIR ($(cat "$RUN_DIR/.recipe.owner" 2>/dev/null \
+      || echo 'owner unknown')); wait for it or stop it, then run these stages again" >&2
+    exit 3
+  fi
+  echo "pid $$, stages ${requested[*]}, since $(date -u +%Y-%m-%dT%H:%M:%SZ)" > "$RUN_DIR/.recipe.owner"
+}
+
 # One stage: skip if done, else run it and record its wall time.
 do_stage() {
   local stage="$1" started ended status=0
@@ -460,7 +479,7 @@ do_stage() {
   started=$(date +%s.%N)
   # a subshell with errexit: a stage stops at its first failing command (errexit is off inside `f || ...`)
   set +e
-  ( set -e; "stage_$stage" )
+  ( set -e; "stage_$stage" ) 9>&-
   status=$?
   set -e
   ended=$(date +%s.%N)
@@ -483,6 +502,7 @@ for arg in ${OVERRIDES[@]+"${OVERRIDES[@]}"}; do
   if [[ "$arg" == *=* ]]; then GRPO_OVERRIDES+=("$arg"); else requested+=("$arg"); fi
 done
 if (( ${#requested[@]} == 0 )) || [[ "${requested[*]}" == "all" ]]; then requested=("${STAGES[@]}"); fi
+if [[ "$DRY_RUN" != "1" && "${requested[*]}" != "status" ]]; then lock_run_dir; fi
 for stage in "${requested[@]}"; do
   case "$stage" in
     status) stage_status ;;
