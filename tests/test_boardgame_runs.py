@@ -53,7 +53,7 @@ def test_each_run_composes_and_its_eval_measures_the_targets(tmp_path, run):
     assert spiel["game"]["opponent"] == {"mix": "random:0.5,mcts:50:0.5", "random": "random"}[run]
     EnvMixture(env, where="data.env")  # the opponents and cases as the workers build them
     assert cfg.data.train_batch_size == 32 and cfg.actor_rollout_ref.rollout.n == 8
-    assert cfg.trainer.total_training_steps == 30 and cfg.trainer.test_freq == 10
+    assert cfg.trainer.total_training_steps == 40 and cfg.trainer.test_freq == 10
     actor = cfg.actor_rollout_ref.actor
     assert actor.use_kl_loss and actor.kl_loss_coef == 0.1 and actor.clip_ratio_high == 0.28
 
