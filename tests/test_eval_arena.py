@@ -11,6 +11,7 @@ import pytest
 from verl_ext.envs import ConfigError
 from verl_ext.envs.card_games import RANK_NAMES
 from verl_ext.envs.openspiel_env import load_game
+from verl_ext.evaluation import report
 from verl_ext.evaluation.arena import Arena, ArenaSettings, Opponent, legal_adapter, parse_opponents
 from verl_ext.evaluation.policies import MoveRequest, RecordingPolicy, ScriptedPolicy
 from verl_ext.evaluation.stats import mean_interval, proportion, wilson_interval
@@ -92,6 +93,7 @@ def test_always_illegal_forfeits_every_game_and_retries_are_counted():
         assert match["model_moves"] == 0
         assert match["rejected_replies"] == n * (1 + retries) and match["retries"] == n * retries
         assert match["forfeit_reasons"] == {"illegal_move": n}
+        assert match["rejections"]["replies"] == n * (1 + retries)
 
 
 class _FixesOnRetry:
@@ -286,3 +288,38 @@ def test_mean_interval_matches_the_normal_formula():
     assert got["mean"] == pytest.approx(0.2) and got["sd"] == pytest.approx(sd)
     assert (got["ci_low"], got["ci_high"]) == (pytest.approx(0.2 - half), pytest.approx(0.2 + half))
     assert mean_interval([3.0])["ci_low"] is None and mean_interval([])["mean"] is None
+
+
+class _ColumnThree:
+    """Always its own side's column 3 at connect_four: legal until the column is full, then rejected every time."""
+
+    name = "column3"
+
+    def respond(self, requests: list[MoveRequest]) -> list[str]:
+        return [f"<answer>{r.legal_moves[0][0]}3</answer>" for r in requests]
+
+    def close(self) -> None:
+        return None
+
+
+def test_rejections_say_what_was_rejected_against_which_moves_and_whether_the_correction_helped():
+    n = 8
+    result = _arena(["connect_four"], games_per_case=n, illegal_retries=1).play(_ColumnThree(), progress=False)
+    match = _match(result, "connect_four")
+    _check_counts(match)
+    rejections = match["rejections"]
+    assert rejections["replies"] == match["rejected_replies"] > 0
+    assert rejections["reasons"] == {"illegal_move": match["rejected_replies"]}
+    # every forfeit here is the full column named twice: once before the correction, once after it
+    assert match["forfeit"]["k"] > 0 and rejections["repeated_after_correction"] == match["forfeit"]["k"]
+    assert 0 < len(rejections["examples"]) <= 3
+    for example in rejections["examples"]:
+        assert example["answer"][1:] == "3" and example["answer"] not in example["legal_moves"]
+        assert example["reason"] == "illegal_move" and len(example["legal_moves"]) == 6
+    results = {"models": {"column3": {"arena": result}}}
+    lines = report._rejection_lines(results, ["column3"])
+    assert lines[0].startswith("Rejected replies") and len(lines) == 4
+    assert f"column3, connect_four vs random: {match['rejected_replies']} rejected replies (illegal_move " in lines[2]
+    assert "repeating the answer rejected just before; e.g. `" in lines[2] and "when the legal moves were" in lines[2]
+    assert report._rejection_lines({"models": {"m": {"arena": {"matches": [{"case": "c", "opponent": "o"}]}}}},
+                                   ["m"]) == []  # a results file from before this field renders as before

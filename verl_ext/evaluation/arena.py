@@ -27,7 +27,7 @@ from ..envs.episode import DEFAULT_MCTS_SIMULATIONS, Opponent, parse_opponent
 from ..envs.cfr_policy import cfr_problem
 from ..envs.openspiel_env import load_game, terminal_rewards_only
 from ..envs.system_prompt import system_prompt_of, with_system_prompt
-from ..games.match import GameRecord, Match, MatchRules, TurnRequest
+from ..games.match import ACCEPTED, SHOWN_ANSWER_CHARS, GameRecord, Match, MatchRules, TurnRequest
 from ..games.scoring import outcome_value
 from ..mixture import EnvMixture
 from ..seeding import stable_seed
@@ -39,6 +39,9 @@ __all__ = ["Arena", "ArenaSettings", "Opponent", "parse_opponents", "legal_adapt
 
 SAMPLES_PER_MATCH = 2
 SAMPLE_CHARS = 400
+# rejected replies of the model kept per match, with the legal moves they were rejected against (first LISTED)
+REJECTION_EXAMPLES = 3
+LISTED_LEGAL_MOVES = 32
 RESULTS = ("win", "draw", "loss")
 CONTEXTS = ("turn", "game")
 TRUNCATED_VALUE = 0.5  # a game stopped by --max-game-moves counts as a draw in the arena's tables
@@ -112,6 +115,20 @@ class _Game:
     seed: int
     match: Match
     replies: list[str] = field(default_factory=list)
+    rejections: list[dict[str, Any]] = field(default_factory=list)
+
+    def note_rejection(self, turn: TurnRequest) -> None:
+        """Keep the model's reply to ``turn`` that was just rejected: its answer (cut), why, the legal moves, and
+        whether it repeats the answer rejected just before at the same turn (after the correction)."""
+        check = self.match.last_check
+        assert check is not None
+        answer = None if check.move is None else check.move[:SHOWN_ANSWER_CHARS]
+        before = self.rejections[-1] if self.rejections else None
+        repeated = (turn.attempt > 0 and answer is not None and before is not None
+                    and before["move"] == turn.moves_played and before["answer"] == answer)
+        self.rejections.append({"move": turn.moves_played, "attempt": turn.attempt, "answer": answer,
+                                "reason": check.reason, "repeated": repeated,
+                                "legal_moves": list(turn.legal_moves[:LISTED_LEGAL_MOVES])})
 
 
 class Arena:
@@ -167,10 +184,11 @@ class Arena:
                     if len(replies) != len(waiting):
                         raise RuntimeError(f"policy {policy.name!r} returned {len(replies)} replies for "
                                            f"{len(waiting)} prompts")
-                    for (g, _), reply in zip(waiting, replies):
+                    for (g, turn), reply in zip(waiting, replies):
                         if len(g.replies) < SAMPLES_PER_MATCH:
                             g.replies.append(clip(reply, SAMPLE_CHARS))
-                        g.match.submit(reply)
+                        if g.match.submit(reply) != ACCEPTED and turn.learner:
+                            g.note_rejection(turn)
                         if g.match.done:
                             bar.update(1)
                 active = [g for g, _ in waiting if not g.match.done]
@@ -208,6 +226,7 @@ class Arena:
                 "by_seat": {str(s): {res: sum(result == res for result, r in zip(results, records) if r.seat == s)
                                      for res in RESULTS} for s in seats},
                 "samples": [r for g in group for r in g.replies][:SAMPLES_PER_MATCH],
+                "rejections": _rejections([r for g in group for r in g.rejections]),
             })
         return matches
 
@@ -221,6 +240,14 @@ def game_return(record: GameRecord) -> float:
     game = load_game(record.case)
     low, high = game.min_utility(), game.max_utility()
     return low + outcome_value(record, TRUNCATED_VALUE) * (high - low)
+
+
+def _rejections(rejected: list[dict[str, Any]]) -> dict[str, Any]:
+    """The model's rejected replies in a match: how many, why, how many repeat the answer rejected just before at
+    the same turn (the correction did not help), and the first few with the legal moves they were rejected against."""
+    return {"replies": len(rejected), "reasons": _count(r["reason"] for r in rejected),
+            "repeated_after_correction": sum(r["repeated"] for r in rejected),
+            "examples": rejected[:REJECTION_EXAMPLES]}
 
 
 def _count(items: Any) -> dict[str, int]:

@@ -240,6 +240,7 @@ def markdown(results: dict[str, Any]) -> str:
         for skip in first["skipped"]:
             lines.append(f"\nSkipped {skip['case']} vs {skip['opponent']}: {skip['reason']}.")
         lines.append("")
+        lines += _rejection_lines(results, names)
     names = _models_with(results, "logic")
     if names:
         lines += [f"## {SUITE_TITLES['logic']}", "", "accuracy = answers the dataset scores as correct.", ""]
@@ -257,6 +258,29 @@ def markdown(results: dict[str, Any]) -> str:
         lines += _table(header, rows) + [""]
     lines += _exploitability_lines(results)
     return "\n".join(lines)
+
+
+def _rejection_lines(results: dict[str, Any], names: list[str]) -> list[str]:
+    """Per model and match with rejected replies: why, how many repeated the answer rejected just before at the
+    same turn (after the correction), and one rejected answer beside the legal moves it was rejected against."""
+    lines = []
+    for m in names:
+        for r in results["models"][m]["arena"]["matches"]:
+            rejections = r.get("rejections") or {}
+            if not rejections.get("replies"):
+                continue
+            reasons = ", ".join(f"{reason} {n}" for reason, n in rejections["reasons"].items())
+            line = (f"- {m}, {r['case']} vs {r['opponent']}: {rejections['replies']} rejected replies ({reasons}), "
+                    f"{rejections['repeated_after_correction']} of them repeating the answer rejected just before")
+            example = next((e for e in rejections["examples"] if e["answer"] is not None), None)
+            if example is not None:
+                line += (f"; e.g. `{example['answer']}` at move {example['move']} when the legal moves were "
+                         f"{', '.join(example['legal_moves'])}")
+            lines.append(line)
+    if not lines:
+        return []
+    return ["Rejected replies (illegal or unparseable; each retry follows a correction that lists the legal moves):",
+            "", *lines, ""]
 
 
 def _short(case: str, limit: int = 28) -> str:

@@ -150,6 +150,7 @@ class Match:
         self._conversations: dict[int, list[Message]] = defaultdict(list)
         self._turns_taken: dict[int, int] = defaultdict(int)
         self._turn: _Turn | None = None
+        self.last_check: MoveCheck | None = None  # the check of the last submitted reply (the arena reports rejections)
 
     @property
     def done(self) -> bool:
@@ -201,7 +202,7 @@ class Match:
         if turn is None or self.done:
             raise RuntimeError("submit() without a pending request; call next_request() first")
         record, learner = self.record, turn.player == self.episode.seat
-        check = self.episode.check(reply)
+        check = self.last_check = self.episode.check(reply)
         if learner:
             record.model_turns += 1
             record.format_ok += int(check.format_ok)
