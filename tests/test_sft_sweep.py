@@ -318,13 +318,13 @@ def test_the_faster_tactical_arm_differs_from_the_tactical_run_in_its_learning_r
     assert tactical == faster
 
 
-def test_the_columns_arm_is_the_tactical_arm_on_column_boards_for_80_steps(tmp_path):
-    """smollm2-columns-base.env + smollm2-columns-tactical-grpo80.env: the split cold start and the tactical arm with
-    every board drawn with one line per column (openspiel.board_text=columns), 80 steps; the cold start draws its
+def test_the_columns_arm_is_the_tactical_arm_on_column_boards_for_60_steps(tmp_path):
+    """smollm2-columns-base.env + smollm2-columns-tactical-grpo60.env: the split cold start and the tactical arm with
+    every board drawn with one line per column (openspiel.board_text=columns), 60 steps; the cold start draws its
     SFT rows with the same board text, and nothing else differs."""
     configs = []
     for base, run in (("smollm2-split-base", "smollm2-split-tactical-grpo100"),
-                      ("smollm2-columns-base", "smollm2-columns-tactical-grpo80")):
+                      ("smollm2-columns-base", "smollm2-columns-tactical-grpo60")):
         stages = _driver_dry_run(tmp_path / base, RUNS / f"{base}.env", RUNS / f"{run}.env")
         cfg = compose("ppo_trainer", overrides_of(stages["grpo"][0]))
         assert check_ppo(cfg, check_imports=False) == [], run
@@ -332,8 +332,8 @@ def test_the_columns_arm_is_the_tactical_arm_on_column_boards_for_80_steps(tmp_p
     raw, columns = configs
     assert columns["data"]["env"]["openspiel"].pop("board_text") == "columns"
     assert "board_text" not in raw["data"]["env"]["openspiel"]
-    assert (raw["trainer"]["total_training_steps"], columns["trainer"]["total_training_steps"]) == (100, 80)
-    assert columns["trainer"]["save_freq"] == 80
+    assert (raw["trainer"]["total_training_steps"], columns["trainer"]["total_training_steps"]) == (100, 60)
+    assert columns["trainer"]["save_freq"] == 60
     for cfg in configs:
         cfg["trainer"].pop("total_training_steps"), cfg["trainer"].pop("save_freq")
         cfg["data"].pop("train_files", None), cfg["data"].pop("val_files", None)
