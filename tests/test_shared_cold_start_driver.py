@@ -151,21 +151,24 @@ def test_more_runs_than_gpus_share_one(tmp_path):
     assert all("gpu=unset" in c for c in calls)
 
 
-@pytest.mark.parametrize("gpus, arms", [(4, ("a", "b", "c")), (2, ("a",))])
-def test_the_plans_single_move_arms_then_one_game_run_on_the_last_gpu(tmp_path, gpus, arms):
-    """docs/games.md: on nvidia-h100-x4 the split cold start with three GRPO arms on GPUs 0-2, on two GPUs with one
-    arm on GPU 0; in both a second driver (GPU_OFFSET, the last GPU) with a whole-game cold start and one run there."""
-    first, calls = _drive(tmp_path / "split", gpus=gpus, names=arms, PARALLEL="1")
-    assert first.returncode == 0, first.stderr
-    assert "a GPU each, every stage at once" in first.stdout
-    for gpu, name in enumerate(arms):
-        assert [c for c in calls if c.startswith(f"run={name} ")] == [
-            f"run={name} stages={s} gpu={gpu} ray=127.0.0.1:{6390 + gpu}" for s in ("grpo", "merge", "eval")]
-    last = gpus - 1
-    second, calls = _drive(tmp_path / "games", gpus=gpus, names=("g",), PARALLEL="1", GPU_OFFSET=str(last))
-    assert second.returncode == 0, second.stderr
-    assert calls == [f"run=base stages=model export sft hf gpu={last} ray=unset"] + [
-        f"run=g stages={s} gpu={last} ray=127.0.0.1:{6390 + last}" for s in ("grpo", "merge", "eval")]
+@pytest.mark.parametrize("gpus, drivers", [(4, ((0, ("mix", "random")), (2, ("columns",)), (3, ("drgrpo",)))),
+                                            (2, ((0, ("mix",)), (1, ("columns",))))])
+def test_the_plans_drivers_each_with_its_cold_start_and_a_gpu_per_run(tmp_path, gpus, drivers):
+    """docs/games.md, the plan for the next session: on two GPUs a whole-game driver on GPU 0 and the columns
+    driver on GPU 1 (GPU_OFFSET=1); on nvidia-h100-x4 the whole-game driver with two runs on GPUs 0-1 and two
+    one-run drivers on GPUs 2 and 3. Each driver's cold start runs on its first GPU, each run on a GPU of its own
+    with a Ray port of its own."""
+    for offset, names in drivers:
+        done, calls = _drive(tmp_path / f"driver{offset}", gpus=gpus, names=names, PARALLEL="1",
+                             **({"GPU_OFFSET": str(offset)} if offset else {}))
+        assert done.returncode == 0, done.stderr
+        assert "a GPU each, every stage at once" in done.stdout
+        base_gpu = str(offset) if offset else "unset"  # the first driver leaves CUDA_VISIBLE_DEVICES alone
+        assert calls[0] == f"run=base stages=model export sft hf gpu={base_gpu} ray=unset"
+        for i, name in enumerate(names):
+            gpu = offset + i
+            assert [c for c in calls if c.startswith(f"run={name} ")] == [
+                f"run={name} stages={s} gpu={gpu} ray=127.0.0.1:{6390 + gpu}" for s in ("grpo", "merge", "eval")]
 
 
 def test_collect_out_packs_every_run_as_it_stands_without_weights_one_archive_each(tmp_path):
