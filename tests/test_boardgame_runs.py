@@ -30,15 +30,17 @@ def dry_run(tmp_path: Path, run: str | None, run_dir: str | None = None) -> dict
     return files_dry_run(tmp_path, run, base=BASE, spec=spec, run_dir=run_dir)
 
 
-def test_the_base_teaches_engine_moves_half_in_whole_games(tmp_path):
+def test_the_base_teaches_engine_moves_half_in_whole_games_against_the_training_mixture(tmp_path):
     stages = dry_run(tmp_path, None)
     export = stages["export"][0]
     assert export[export.index("--answers") + 1] == "reference"
     assert "openspiel.task_mode=mixed" in export and "openspiel.game_share=0.5" in export
-    assert "openspiel.num_tasks_per_case=3000" in export
+    assert "openspiel.num_tasks_per_case=2400" in export
+    # the engine's games are played against the mixture GRPO trains against: longer games, more full columns
+    assert "openspiel.game.opponent=random:0.5,mcts:50:0.5" in export
     sft = compose("sft_trainer_engine", overrides_of(stages["sft"][0]))
     assert float(sft.optim.lr) == 3e-4 and sft.trainer.total_epochs == 2
-    assert sft.data.max_length >= 2904  # the longest connect_four game row measured (SmolLM2 tokens)
+    assert sft.data.max_length >= 3215  # the longest connect_four game row measured against it (SmolLM2 tokens)
 
 
 @pytest.mark.parametrize("run", ["mix", "random"])

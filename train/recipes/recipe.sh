@@ -22,7 +22,7 @@
 # (a time limit, a lost node) is simply run again: SFT and GRPO resume from their last checkpoint.
 # --dry-run prints what each stage would run (the verl commands via the train scripts' own --dry-run).
 # Knobs (environment, defaults below; docs/learning.md): RUN_DIR MODEL MODEL_WHEEL COLD_START GAME_TYPES
-# LOGIC_CASES ENV_OVERRIDES COLD_START_CONTENTS COLD_START_SHARE GRPO_TRAIN_PART GRPO_POSITIONS MODEL_SHAPE SFT_TASKS_PER_CASE SFT_GAME_SHARE VAL_TASKS_PER_CASE EXPORT_JOBS SFT_EPOCHS SFT_LR
+# LOGIC_CASES ENV_OVERRIDES COLD_START_CONTENTS COLD_START_SHARE GRPO_TRAIN_PART GRPO_POSITIONS MODEL_SHAPE SFT_TASKS_PER_CASE SFT_GAME_SHARE SFT_GAME_OPPONENT VAL_TASKS_PER_CASE EXPORT_JOBS SFT_EPOCHS SFT_LR
 # SFT_BATCH_SIZE SIGNAL_PROMPTS GRPO_STEPS GRPO_LORA GRPO_LR GRPO_REWARD_MODE GRPO_SAVE_FREQ GRPO_KEEP_CHECKPOINTS
 # GRPO_TEST_FREQ CURVE_EVERY EVAL_SUITES EVAL_GAMES EVAL_OPPONENTS EVAL_GAME_CONTEXT EVAL_ILLEGAL_RETRIES EVAL_BASE_MODEL EVAL_GRPO_MODEL EVAL_TRAINING_POSITIONS EVAL_BACKEND
 # EVAL_GENERATION_LENGTH EVAL_TEMPERATURE; any train-script knob
@@ -71,6 +71,12 @@ fi
 if [[ "$COLD_START" == reference && "$MODEL_KIND" == blank ]]; then : "${SFT_GAME_SHARE:=0.1}"
 elif [[ "${TASK_MODE:-move}" != move ]]; then : "${SFT_GAME_SHARE:=0.5}"
 else : "${SFT_GAME_SHARE:=0}"; fi
+# SFT_GAME_OPPONENT: who the engine plays in those whole-game rows (openspiel.game.opponent of the export: random,
+# mcts:N, a mixture such as random:0.5,mcts:50:0.5); empty: the env's default, the random bot. Against random the
+# engine's connect_four games are short and 5 % of its turns have a full column; against random + MCTS(50) games
+# last 10.2 turns instead of 7.1 and 22 % of the turns have one (CPU, 2026-11-27): the situation in which the first
+# whole-game cold start forfeited 22.5 % of its games (docs/runs/2026-11-27-h200x2-smollm2-lr1e4-wholegame/).
+: "${SFT_GAME_OPPONENT:=}"
 if [[ "$MODEL_KIND" == blank ]]; then
   # SFT: full fine-tune of the blank model; fp32 master weights (verl's default), cosine decay after a warm-up.
   : "${SFT_TASKS_PER_CASE:=10000}" "${SFT_EPOCHS:=5}" "${SFT_LR:=1e-3}"
@@ -269,6 +275,7 @@ stage_export() {
   [[ -n "$LOGIC_CASES" ]] && common+=(--set "logic.num_tasks_per_case=$SFT_TASKS_PER_CASE")
   if [[ "$SFT_GAME_SHARE" != "0" ]]; then
     common+=(--set openspiel.task_mode=mixed --set "openspiel.game_share=$SFT_GAME_SHARE")
+    [[ -n "$SFT_GAME_OPPONENT" ]] && common+=(--set "openspiel.game.opponent=$SFT_GAME_OPPONENT")
   fi
   run "$PYTHON" -m verl_ext.cli export "${common[@]}" --split train --out "$DATA/sft_train.parquet"
   run "$PYTHON" -m verl_ext.cli export "${common[@]}" --split val --out "$DATA/sft_val.parquet"
