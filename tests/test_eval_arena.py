@@ -323,3 +323,22 @@ def test_rejections_say_what_was_rejected_against_which_moves_and_whether_the_co
     assert "repeating the answer rejected just before; e.g. `" in lines[2] and "when the legal moves were" in lines[2]
     assert report._rejection_lines({"models": {"m": {"arena": {"matches": [{"case": "c", "opponent": "o"}]}}}},
                                    ["m"]) == []  # a results file from before this field renders as before
+
+
+class _LoneSurrogate:
+    """An answer no UTF-8 file can hold as it is (a lone surrogate)."""
+
+    name = "surrogate"
+
+    def respond(self, requests: list[MoveRequest]) -> list[str]:
+        return ["<answer>\ud800x</answer>" for _ in requests]
+
+    def close(self) -> None:
+        return None
+
+
+def test_a_rejected_answer_that_is_not_valid_utf8_is_kept_as_valid_text():
+    result = _arena(["tic_tac_toe"], games_per_case=2, illegal_retries=1).play(_LoneSurrogate(), progress=False)
+    answer = _match(result, "tic_tac_toe")["rejections"]["examples"][0]["answer"]
+    assert answer == "?x"  # replaced, as the reply samples are
+    "\n".join(report._rejection_lines({"models": {"s": {"arena": result}}}, ["s"])).encode("utf-8")

@@ -27,7 +27,8 @@ from ..envs.episode import DEFAULT_MCTS_SIMULATIONS, Opponent, parse_opponent
 from ..envs.cfr_policy import cfr_problem
 from ..envs.openspiel_env import load_game, terminal_rewards_only
 from ..envs.system_prompt import system_prompt_of, with_system_prompt
-from ..games.match import ACCEPTED, SHOWN_ANSWER_CHARS, GameRecord, Match, MatchRules, TurnRequest
+from ..games.match import (ACCEPTED, LISTED_MOVES, SHOWN_ANSWER_CHARS, GameRecord, Match, MatchRules,
+                           TurnRequest)
 from ..games.scoring import outcome_value
 from ..mixture import EnvMixture
 from ..seeding import stable_seed
@@ -39,9 +40,9 @@ __all__ = ["Arena", "ArenaSettings", "Opponent", "parse_opponents", "legal_adapt
 
 SAMPLES_PER_MATCH = 2
 SAMPLE_CHARS = 400
-# rejected replies of the model kept per match, with the legal moves they were rejected against (first LISTED)
+# rejected replies of the model kept per match, with the legal moves they were rejected against (as many as the
+# correction lists, match.LISTED_MOVES)
 REJECTION_EXAMPLES = 3
-LISTED_LEGAL_MOVES = 32
 RESULTS = ("win", "draw", "loss")
 CONTEXTS = ("turn", "game")
 TRUNCATED_VALUE = 0.5  # a game stopped by --max-game-moves counts as a draw in the arena's tables
@@ -122,13 +123,13 @@ class _Game:
         whether it repeats the answer rejected just before at the same turn (after the correction)."""
         check = self.match.last_check
         assert check is not None
-        answer = None if check.move is None else check.move[:SHOWN_ANSWER_CHARS]
+        answer = None if check.move is None else clip(check.move, SHOWN_ANSWER_CHARS)  # model output: valid UTF-8
         before = self.rejections[-1] if self.rejections else None
         repeated = (turn.attempt > 0 and answer is not None and before is not None
                     and before["move"] == turn.moves_played and before["answer"] == answer)
         self.rejections.append({"move": turn.moves_played, "attempt": turn.attempt, "answer": answer,
                                 "reason": check.reason, "repeated": repeated,
-                                "legal_moves": list(turn.legal_moves[:LISTED_LEGAL_MOVES])})
+                                "legal_moves": list(turn.legal_moves[:LISTED_MOVES])})
 
 
 class Arena:
