@@ -1,7 +1,7 @@
 """Issue 45's whole-game run files for the board games (bench/learning/runs/smollm2-boardgames-*.env) before a lent
 GPU sees them: sourced as bench/learning/gpu_shared_cold_start.sh sources them, the cold start teaches engine
 moves half in whole games with room for the longest game row measured, the GRPO commands pass verl's config and the
-pre-flight checks, the two runs differ only in their opponents, and the eval's flags parse into the targets'
+pre-flight checks, the runs differ only in their opponents, and the eval's flags parse into the targets'
 match-ups."""
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def test_the_base_teaches_engine_moves_half_in_whole_games_against_the_training_
     assert sft.data.max_length >= 3215  # the longest connect_four game row measured against it (SmolLM2 tokens)
 
 
-@pytest.mark.parametrize("run", ["mix", "random"])
+@pytest.mark.parametrize("run", ["mix", "random", "bycase"])
 def test_each_run_composes_and_its_eval_measures_the_targets(tmp_path, run):
     stages = dry_run(tmp_path, run)
     assert list(stages) == ["grpo", "merge", "eval", "plot"]
@@ -52,10 +52,17 @@ def test_each_run_composes_and_its_eval_measures_the_targets(tmp_path, run):
     env = OmegaConf.to_container(cfg.data.env, resolve=True)
     spiel = env["openspiel"]
     assert spiel["task_mode"] == "game" and sorted(spiel["game_types"]) == ["connect_four", "tic_tac_toe"]
-    assert spiel["game"]["opponent"] == {"mix": "random:0.5,mcts:50:0.5", "random": "random"}[run]
-    EnvMixture(env, where="data.env")  # the opponents and cases as the workers build them
+    assert spiel["game"]["opponent"] == {"mix": "random:0.5,mcts:50:0.5", "random": "random",
+                                         "bycase": "random:0.5,mcts:50:0.5"}[run]
+    mixture = EnvMixture(env, where="data.env")  # the opponents and cases as the workers build them
+    settings = mixture.adapters["openspiel"].game_settings
+    connect_four = settings.opponent_mixture_at("game", "connect_four").shares()
+    assert connect_four == {"mix": {"random": 0.5, "mcts:50": 0.5}, "random": {"random": 1.0},
+                            "bycase": {"random": 0.5, "mcts:5": 0.5}}[run]
+    assert settings.opponent_mixture_at("game", "tic_tac_toe").shares() == (
+        {"random": 1.0} if run == "random" else {"random": 0.5, "mcts:50": 0.5})
     assert cfg.data.train_batch_size == 32 and cfg.actor_rollout_ref.rollout.n == 8
-    assert cfg.trainer.total_training_steps == 40 and cfg.trainer.test_freq == 10
+    assert cfg.trainer.total_training_steps == 30 and cfg.trainer.test_freq == 10
     actor = cfg.actor_rollout_ref.actor
     assert actor.use_kl_loss and actor.kl_loss_coef == 0.1 and actor.clip_ratio_high == 0.28
 
@@ -63,13 +70,15 @@ def test_each_run_composes_and_its_eval_measures_the_targets(tmp_path, run):
     args, eval_env = parse_args(argv[argv.index("eval") + 1:])
     assert resolve_suites(args.suites, EnvMixture(single_move_section(eval_env), where="env")) == ["single", "arena"]
     assert [m.split("=")[0] for m in args.models] == ["sft", "grpo", "random"]
-    assert [o.label for o in parse_opponents(args.opponents)] == ["random", "mcts:50"]
+    assert [o.label for o in parse_opponents(args.opponents)] == (
+        ["random", "mcts:5", "mcts:50"] if run == "bycase" else ["random", "mcts:50"])
     assert args.games_per_case == 200 and args.game_context == "game" and args.illegal_retries == 1
 
 
-def test_the_two_runs_differ_only_in_their_opponents(tmp_path):
+def test_the_runs_differ_only_in_their_opponents(tmp_path):
     configs = {run: OmegaConf.to_container(compose("ppo_trainer", overrides_of(
-        dry_run(tmp_path, run, run_dir="same")["grpo"][0]))) for run in ("mix", "random")}
+        dry_run(tmp_path, run, run_dir="same")["grpo"][0]))) for run in ("mix", "random", "bycase")}
     for config in configs.values():
         config["data"]["env"]["openspiel"]["game"].pop("opponent")
-    assert configs["mix"] == configs["random"]
+        config["data"]["env"]["openspiel"]["game"].pop("opponents_by_case", None)
+    assert configs["mix"] == configs["random"] == configs["bycase"]

@@ -206,3 +206,75 @@ def test_episode_bots_break_ties_per_game_seed():
     assert moves == [first_bot_move(seed) for seed in range(30)]
     assert len(set(moves)) >= 3
     assert {first_bot_move(7)} == {first_bot_move(7) for _ in range(3)}
+
+
+# ------------------------------------------------------------------ a mixture per case
+BY_CASE = {"game_types": ["tic_tac_toe", "connect_four"], "task_mode": "game", "num_tasks_per_case": 60,
+           "game": {"opponent": "random:1,mcts:5:1", "opponents_by_case": {"connect_four": "random:3,mcts:2:1"}}}
+
+
+def test_a_case_of_its_own_draws_from_its_own_mixture_everywhere_the_opponent_is_read(tmp_path, monkeypatch):
+    monkeypatch.setenv("VERL_EXT_SAMPLE_LOG", str(tmp_path / "run.samples.jsonl"))
+    mixture = EnvMixture({"openspiel": BY_CASE})
+    adapter = mixture.adapters["openspiel"]
+    settings = adapter.game_settings
+    rows = [mixture.row(ref, "train", i) for i, ref in enumerate(mixture.plan("train"))]
+    labels: dict[str, Counter] = {"tic_tac_toe": Counter(), "connect_four": Counter()}
+    for ref, row in zip(mixture.plan("train"), rows):
+        info = row["extra_info"]
+        label = settings.opponent_for(info["seed"], info["case"]).label
+        labels[info["case"]][label] += 1
+        assert mixture.build(ref).info["opponent"] == label  # the task names the opponent its game is drawn against
+    assert set(labels["tic_tac_toe"]) == {"random", "mcts:5"}
+    assert set(labels["connect_four"]) == {"random", "mcts:2"}  # never the shared mixture's mcts:5
+    assert labels["connect_four"]["random"] > labels["connect_four"]["mcts:2"]  # weights 3 : 1
+    assert settings.opponent_mixture_at("game", "connect_four").shares() == {"random": 0.75, "mcts:2": 0.25}
+    assert settings.opponent_mixture_at("game", "tic_tac_toe").shares() == {"random": 0.5, "mcts:5": 0.5}
+
+    # the game, its demonstration and the reward's record check all use the case's own mixture
+    row = next(r for r in rows if r["extra_info"]["case"] == "connect_four"
+               and settings.opponent_for(r["extra_info"]["seed"], "connect_four").label == "mcts:2")
+    info = row["extra_info"]
+    match = Match(adapter.start_episode(info["case"], info["seed"], info["seat"]),
+                  settings.opponent_for(info["seed"], info["case"]), MatchRules.from_settings(settings))
+    while (turn := match.next_request()) is not None:
+        match.submit(f"<answer>{turn.legal_moves[0]}</answer>")
+    record = json.loads(json.dumps(match.record.to_dict()))
+    assert record["opponent"] == "mcts:2"
+    assert compute_score(row["data_source"], "", "", {**info, RECORD_FIELD: record})["failed"] == 0.0
+    claimed = compute_score(row["data_source"], "", "", {**info, RECORD_FIELD: {**record, "opponent": "mcts:5"}})
+    assert claimed["failed"] == 1.0 and claimed["score"] == 0.0  # the shared mixture's bot is not this row's
+    assert demonstration_messages(adapter, info["case"], info["seed"], info["seat"])
+
+
+def test_a_list_per_case_is_the_same_mixture_as_its_string():
+    as_list = {**BY_CASE, "game": {**BY_CASE["game"], "opponents_by_case": {
+        "connect_four": [{"spec": "random", "weight": 3}, {"spec": "mcts:2"}]}}}
+    one = make_env("openspiel", as_list).game_settings
+    two = make_env("openspiel", BY_CASE).game_settings
+    assert [one.opponent_for(s, "connect_four").label for s in range(200)] == \
+        [two.opponent_for(s, "connect_four").label for s in range(200)]
+
+
+@pytest.mark.parametrize("by_case, message", [
+    ({"chess": "random"}, "game.opponents_by_case: 'chess' is not one of this run's cases (connect_four, tic_tac_toe)"),
+    ({"connect_four": "alphazero"}, "game.opponents_by_case.connect_four: unknown opponent 'alphazero'"),
+    ({"connect_four": "random:-1"}, "game.opponents_by_case.connect_four: weight '-1' of 'random:-1'"),
+    ({"connect_four": 5}, "game.opponents_by_case.connect_four: expected an opponent string"),
+    ({"connect_four": [{"spec": "mcts:0"}]}, "game.opponents_by_case.connect_four[0]"),
+])
+def test_bad_opponents_by_case_name_the_key_and_value(by_case, message):
+    with pytest.raises(ConfigError) as err:
+        make_env("openspiel", {**BY_CASE, "game": {**BY_CASE["game"], "opponents_by_case": by_case}})
+    assert message in str(err.value)
+
+
+def test_a_case_of_its_own_is_checked_against_its_game():
+    with pytest.raises(ConfigError, match=r"opponents_by_case\.hanabi\(players=2\).*'mcts:10' cannot play"):
+        make_env("openspiel", {"cases": ["tic_tac_toe", "hanabi(players=2)"], "task_mode": "game",
+                               "game": {"opponent": "random", "opponents_by_case": {"hanabi(players=2)": "mcts:10"}}})
+    # the shared mixture need not play a case that has its own
+    env = make_env("openspiel", {"cases": ["tic_tac_toe", "hanabi(players=2)"], "task_mode": "game",
+                                 "game": {"opponent": "mcts:10", "opponents_by_case": {"hanabi(players=2)": "random"}}})
+    assert env.game_settings.opponent_for(3, "hanabi(players=2)").label == "random"
+    assert env.game_settings.opponent_for(3, "tic_tac_toe").label == "mcts:10"

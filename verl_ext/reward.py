@@ -95,7 +95,7 @@ def _rows_opponent(info: Mapping[str, Any]) -> str | None:
     if info.get("seed") is None:
         return None
     rollout_adapter = cached_env(str(info["env"]), str(info.get("env_config") or ""))
-    return rollout_adapter.game_settings.opponent_for(int(info["seed"])).label
+    return rollout_adapter.game_settings.opponent_for(int(info["seed"]), str(info.get("case"))).label
 
 
 def _dataset_ms(info: Mapping[str, Any]) -> float:

@@ -18,6 +18,9 @@ class GameSettings:
 
     opponent: str = "random"          # random | mcts:N | cfr[:N] | self, or a mixture: random:0.3,mcts:25:0.4,self:0.3
     opponents: list[Any] | None = None  # [{spec: random, weight: 0.3}, ...]; replaces `opponent` when given
+    # per case, a mixture that replaces the one above for that case's games: {connect_four: "random:0.5,mcts:5:0.5"}
+    # (a string as `opponent`, or a list as `opponents`); the other cases keep the one above
+    opponents_by_case: dict[str, Any] | None = None
     illegal_retries: int = 1          # extra tries at a turn after an unparseable or illegal reply, then forfeit
     max_moves: int = 0                # stop the game after this many moves of all players (0: no cap)
     max_tokens_per_turn: int = 256    # generation budget of one reply
@@ -28,6 +31,10 @@ class GameSettings:
 
     def validate(self, where: str) -> None:
         self.opponent_mixture_at(where)
+        for case in self.opponents_by_case or {}:
+            if not isinstance(case, str) or not case:
+                raise ConfigError(f"{where}.opponents_by_case: keys are case names, got {case!r}")
+            self.opponent_mixture_at(where, case)
         for key in ("illegal_retries", "max_moves"):
             if getattr(self, key) < 0:
                 raise ConfigError(f"{where}.{key}: must be >= 0, got {getattr(self, key)!r}")
@@ -45,8 +52,17 @@ class GameSettings:
             raise ConfigError(f"{where}.format_weight + legal_weight: must be < 1 (the rest rewards the outcome), "
                               f"got {self.format_weight} + {self.legal_weight}")
 
-    def opponent_mixture_at(self, where: str) -> OpponentMixture:
-        """The opponents and their weights; errors name ``where``.opponent(s) and the value."""
+    def opponent_mixture_at(self, where: str, case: str | None = None) -> OpponentMixture:
+        """The opponents and their weights of ``case``'s games (its ``opponents_by_case`` entry, else the shared
+        mixture); errors name ``where``.opponent(s) or ``where``.opponents_by_case.<case> and the value."""
+        if case is not None and self.opponents_by_case and case in self.opponents_by_case:
+            value, key = self.opponents_by_case[case], f"{where}.opponents_by_case.{case}"
+            if isinstance(value, str):
+                return parse_opponent_text(value, key)
+            if isinstance(value, list):
+                return parse_opponent_list(value, key)
+            raise ConfigError(f"{key}: expected an opponent string ('random:0.5,mcts:5:0.5') or a list of "
+                              f"{{spec, weight}} mappings, got {value!r}")
         if self.opponents is not None:
             return parse_opponent_list(self.opponents, f"{where}.opponents")
         return parse_opponent_text(self.opponent, f"{where}.opponent")
@@ -55,8 +71,10 @@ class GameSettings:
     def opponent_mixture(self) -> OpponentMixture:
         return self.opponent_mixture_at("game")
 
-    def opponent_for(self, seed: int) -> Opponent:
-        """The opponent of the game seeded ``seed`` (one spec: always that one)."""
+    def opponent_for(self, seed: int, case: str | None = None) -> Opponent:
+        """The opponent of ``case``'s game seeded ``seed`` (one spec: always that one)."""
+        if case is not None and self.opponents_by_case and case in self.opponents_by_case:
+            return self.opponent_mixture_at("game", case).draw(seed)
         return self.opponent_mixture.draw(seed)
 
     @property

@@ -178,11 +178,7 @@ class OpenSpielAdapter:
         self.game_settings: GameSettings = from_mapping(GameSettings, config.game, f"{where}.game")
         self._cases = self._resolve_cases(config, where)
         if config.task_mode != "move":
-            for entry in self.game_settings.opponent_mixture_at(f"{where}.game").entries:
-                for case in self._cases:
-                    problem = self.opponent_problem(case, entry.opponent)
-                    if problem:
-                        raise ConfigError(f"{entry.where}: {entry.opponent.label!r} cannot play {case!r}: {problem}")
+            self._check_opponents(f"{where}.game")
         self._positions: OnceLRU[_Position] = OnceLRU(config.cache_size)
         self._analyses: OnceLRU[dict[int, float]] = OnceLRU(config.cache_size)
         self._outcomes: OnceLRU[dict[int, float]] = OnceLRU(config.cache_size)
@@ -190,6 +186,18 @@ class OpenSpielAdapter:
         self._tie_breaks: OnceLRU[dict[int, float]] = OnceLRU(config.cache_size)
 
     # ----------------------------------------------------------------- configuration
+    def _check_opponents(self, where: str) -> None:
+        """Every opponent each case's games may draw can play that case; ``opponents_by_case`` names known cases."""
+        unknown = sorted(set(self.game_settings.opponents_by_case or {}) - set(self._cases))
+        if unknown:
+            raise ConfigError(f"{where}.opponents_by_case: {unknown[0]!r} is not one of this run's cases "
+                              f"({', '.join(self._cases)})")
+        for case in self._cases:
+            for entry in self.game_settings.opponent_mixture_at(where, case).entries:
+                problem = self.opponent_problem(case, entry.opponent)
+                if problem:
+                    raise ConfigError(f"{entry.where}: {entry.opponent.label!r} cannot play {case!r}: {problem}")
+
     @staticmethod
     def _resolve_cases(config: OpenSpielConfig, where: str) -> list[str]:
         if config.cases is not None:
@@ -319,7 +327,7 @@ class OpenSpielAdapter:
             messages=({"role": "user", "content": prompt},),
             state=load_game(case).new_initial_state().serialize(),
             ground_truth=GAME_GROUND_TRUTH,
-            info={"mode": "game", "seat": seat, "opponent": self.game_settings.opponent_for(seed).label},
+            info={"mode": "game", "seat": seat, "opponent": self.game_settings.opponent_for(seed, case).label},
         )
 
     def start_episode(self, case: str, seed: int, seat: int) -> OpenSpielEpisode:

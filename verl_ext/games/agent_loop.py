@@ -119,7 +119,8 @@ class GameAgentLoop(AgentLoopBase):
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
         setup = game_setup(kwargs.get("extra_info"))
         episode = setup.adapter.start_episode(setup.case, setup.seed, setup.seat)
-        match = Match(episode, setup.settings.opponent_for(setup.seed), MatchRules.from_settings(setup.settings))
+        opponent = setup.settings.opponent_for(setup.seed, setup.case)
+        match = Match(episode, opponent, MatchRules.from_settings(setup.settings))
         with_logprobs = bool(sampling_params.get("logprobs"))
         learner = _Context(uuid4().hex, logprobs=[] if with_logprobs else None)
         opponents: dict[int, _Context] = {}

@@ -60,5 +60,6 @@ def demonstration_messages(adapter: object, case: str, seed: int, seat: int,
     ``choose``'s moves under the adapter's ``game`` settings; None when the trained seat never had a turn."""
     settings = adapter.game_settings  # type: ignore[attr-defined]
     episode = adapter.start_episode(case, seed, seat)  # type: ignore[attr-defined]
-    messages, _ = play_demonstration(episode, settings.opponent_for(seed), MatchRules.from_settings(settings), choose)
+    opponent = settings.opponent_for(seed, case)
+    messages, _ = play_demonstration(episode, opponent, MatchRules.from_settings(settings), choose)
     return messages if any(m["role"] == "assistant" for m in messages) else None
