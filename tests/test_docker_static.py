@@ -283,6 +283,7 @@ ALLOWED = {
     "PARALLEL_STAGGER_S": "bench/learning/gpu_shared_cold_start.sh: seconds between the parallel runs' starts (a bench setting)",
     "RECIPE": "bench/learning/gpu_shared_cold_start.sh: the recipe script its stages run (a test swaps in a stand-in)",
     "GPU_OFFSET": "bench/learning/gpu_shared_cold_start.sh: the first GPU a driver uses, two drivers on one machine (a bench setting)",
+    "RAY_PORT_BASE": "bench/learning/gpu_shared_cold_start.sh: the runs' Ray ports (base + GPU index), clear of an earlier driver's (a bench setting)",
     "BASE_STAGES": "bench/learning/gpu_shared_cold_start.sh: recipe stages of the shared cold start (set in a run file)",
     "RUN_STAGES": "bench/learning/gpu_shared_cold_start.sh: recipe stages of one run (set in a run file)",
     "FINAL_STAGES": "bench/learning/gpu_shared_cold_start.sh: a run's stages after every run's eval (set in a run file)",

