@@ -334,8 +334,11 @@ def test_the_columns_arm_is_the_tactical_arm_on_column_boards_for_60_steps(tmp_p
     assert "board_text" not in raw["data"]["env"]["openspiel"]
     assert (raw["trainer"]["total_training_steps"], columns["trainer"]["total_training_steps"]) == (100, 60)
     assert columns["trainer"]["save_freq"] == 60
+    # the columns board's prompts are longer: a 292-token connect_four prompt stopped the GRPO stage at 256 on a GPU
+    assert (raw["data"]["max_prompt_length"], columns["data"]["max_prompt_length"]) == (256, 384)
     for cfg in configs:
         cfg["trainer"].pop("total_training_steps"), cfg["trainer"].pop("save_freq")
+        cfg["data"].pop("max_prompt_length")
         cfg["data"].pop("train_files", None), cfg["data"].pop("val_files", None)
         for key in ("default_local_dir", "experiment_name"):
             cfg["trainer"].pop(key, None)

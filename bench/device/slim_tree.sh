@@ -17,6 +17,7 @@ exclude="$git_dir/info/exclude"
 hook="$git_dir/hooks/pre-commit"
 paths=(docs/runs)
 
+# shellcheck disable=SC2016  # the hook's command substitutions run when git runs the hook, not here
 hook_text='#!/bin/sh
 # written by bench/device/slim_tree.sh on
 if [ -f "$(git rev-parse --git-dir)/verl-ext-slim" ]; then
