@@ -7,7 +7,7 @@
 # `on` untracks docs/runs/ (`git rm -r --cached`) and ignores it through .git/info/exclude; no file is touched.
 # While it is on, a commit would delete the evidence from main: a pre-commit hook in .git/hooks refuses every
 # commit until `off`. No script the lent machine runs reads docs/runs/ (tests/test_slim_tree.py checks that).
-# Measured 2026-11-27: the tree as a tar counts it went 52 -> 3.2 MiB, the chunks 14 -> 56 MiB, the carry calls 41 -> 11
+# Measured 2026-11-27: the tree as a tar counts it went 52 -> 3.2 MiB, the chunks 17 -> 56 MiB, the carry calls 34 -> 10
 # and the carry + install 4.9 -> 2.1 minutes of the session (docs/runs/2026-11-27-h200x4-smollm2-opponents/).
 set -euo pipefail
 cd "$(git rev-parse --show-toplevel)"
@@ -29,7 +29,8 @@ case "${1:-}" in
   on)
     [[ -f "$marker" ]] && { echo "slim_tree: already on ($(cat "$marker"))"; exit 0; }
     if ! git diff --cached --quiet; then
-      echo "slim_tree: the index has staged changes; commit or unstage them first (off restores the index from HEAD)" >&2
+      echo "slim_tree: the index has staged changes; commit or unstage them first" \
+        "(off restores the index from HEAD)" >&2
       exit 1
     fi
     if [[ -e "$hook" ]] && ! grep -q "slim_tree.sh" "$hook"; then
