@@ -2,7 +2,8 @@
 
 A group is one training prompt's replies (same step, case, opponent and seed). A group whose games all end alike
 (all lost to a strong bot, all won against a weak one) has advantage 0 and teaches nothing, so the share of groups
-with signal per opponent says which part of an opponent mixture the run learns from. Reads the run's sample log
+with signal per opponent says which part of an opponent mixture the run learns from. "Differ" is
+``verl_ext.group_stats.rewards_differ``, the definition behind the step metric ``signal/group_share``. Reads the run's sample log
 (``VERL_EXT_SAMPLE_LOG``; plain or gzipped), no GPU, no model:
 
     python bench/learning/game_groups.py runs/x/logs/grpo-*.samples.jsonl.gz [--window 10] [--out docs/runs/X/game_groups]
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from verl_ext.evaluation.stats import proportion
+from verl_ext.group_stats import rewards_differ
 from verl_ext.sample_view import log_lines
 
 
@@ -33,7 +35,7 @@ class GroupTally:
 
     def add(self, scores: list[float]) -> None:
         self.groups += 1
-        self.with_signal += int(max(scores) > min(scores))
+        self.with_signal += int(rewards_differ(scores))
         self.reward_sum += sum(scores)
         self.games += len(scores)
         self.sizes.add(len(scores))

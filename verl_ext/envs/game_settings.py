@@ -73,9 +73,7 @@ class GameSettings:
 
     def opponent_for(self, seed: int, case: str | None = None) -> Opponent:
         """The opponent of ``case``'s game seeded ``seed`` (one spec: always that one)."""
-        if case is not None and self.opponents_by_case and case in self.opponents_by_case:
-            return self.opponent_mixture_at("game", case).draw(seed)
-        return self.opponent_mixture.draw(seed)
+        return self.opponent_mixture_at("game", case).draw(seed)
 
     @property
     def opponent_spec(self) -> Opponent:
