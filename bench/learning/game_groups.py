@@ -3,8 +3,8 @@
 A group is one training prompt's replies (same step, case, opponent and seed). A group whose games all end alike
 (all lost to a strong bot, all won against a weak one) has advantage 0 and teaches nothing, so the share of groups
 with signal per opponent says which part of an opponent mixture the run learns from. "Differ" is
-``verl_ext.group_stats.rewards_differ``, the definition behind the step metric ``signal/group_share``. Reads the run's sample log
-(``VERL_EXT_SAMPLE_LOG``; plain or gzipped), no GPU, no model:
+``verl_ext.group_stats.rewards_differ``, the definition behind the step metric ``signal/group_share``. Reads the
+run's sample log (``VERL_EXT_SAMPLE_LOG``; plain or gzipped), no GPU, no model:
 
     python bench/learning/game_groups.py runs/x/logs/grpo-*.samples.jsonl.gz [--window 10] [--out docs/runs/X/game_groups]
 """
