@@ -6,7 +6,8 @@ with signal per opponent says which part of an opponent mixture the run learns f
 ``verl_ext.group_stats.rewards_differ``, the definition behind the step metric ``signal/group_share``. Reads the
 run's sample log (``VERL_EXT_SAMPLE_LOG``; plain or gzipped), no GPU, no model:
 
-    python bench/learning/game_groups.py runs/x/logs/grpo-*.samples.jsonl.gz [--window 10] [--out docs/runs/X/game_groups]
+    python bench/learning/game_groups.py runs/x/logs/grpo-*.samples.jsonl.gz [--window 10] \\
+        [--out docs/runs/X/game_groups]
 """
 
 from __future__ import annotations
