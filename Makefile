@@ -8,14 +8,20 @@ TORCH_SPEC ?= torch==2.13.0
 # value-head model whenever trl is importable, models/transformers/monkey_patch.py:352-356, and trl 1.16 has no
 # such model any more). Its dependencies are verl's.
 TRL_SPEC ?= trl==1.16.0
-PIP = $(VENV)/bin/python -m pip --disable-pip-version-check -q
+# uv installs what pip would (the same versions here; 2026-11-27: 4 min -> 0.5 min with a cold cache). uv reads no
+# pip configuration, so pip's find-links (a machine's local wheels, e.g. a CPU build of torch) are passed on.
+UV_SPEC ?= uv==0.13.9
+UV = $(VENV)/bin/python -m uv pip install -q --python $(VENV)/bin/python --compile-bytecode
+FIND_LINKS := $(sort $(PIP_FIND_LINKS) $(shell $(PYTHON) -m pip config get global.find-links 2>/dev/null))
+UV_LINKS = $(foreach link,$(FIND_LINKS),--find-links $(link))
 
 .PHONY: setup test demo
 setup:
 	$(PYTHON) -m venv $(VENV)
-	$(PIP) install "$(TORCH_SPEC)"
-	$(PIP) install -e ".[dev]"
-	$(PIP) install --no-deps --upgrade --target $(VENV)/trl-site "$(TRL_SPEC)"
+	$(VENV)/bin/python -m pip --disable-pip-version-check -q install "$(UV_SPEC)"
+	$(UV) $(UV_LINKS) "$(TORCH_SPEC)"
+	$(UV) $(UV_LINKS) "$(TORCH_SPEC)" -e ".[dev]"
+	$(UV) --no-deps --target $(VENV)/trl-site "$(TRL_SPEC)"
 
 test:
 	$(VENV)/bin/python -m pytest -n 2 tests

@@ -102,6 +102,26 @@ def check_share(value: object, where: str) -> float:
     return share
 
 
+def kept_share(share: float, part: str = "all", cold_start_share: float = DEFAULT_COLD_START_SHARE) -> float:
+    """The share of a case's contents that training ``part`` draws from."""
+    kept = 1.0 - share
+    if part != "all":
+        kept *= cold_start_share if part == "cold_start" else 1.0 - cold_start_share
+    return kept
+
+
+def expected_training_draws(pool: int, share: float, part: str = "all",
+                            cold_start_share: float = DEFAULT_COLD_START_SHARE) -> int:
+    """About how many seeds ``training_seeds`` reads to find ``pool`` tasks of a case with many contents (a
+    little more, so that tasks made ahead cover it)."""
+    return int(pool / kept_share(share, part, cold_start_share) * 1.1) + 8
+
+
+def expected_validation_draws(count: int, share: float) -> int:
+    """About how many indices ``validation_indices`` reads for ``count`` tasks of a case with many contents."""
+    return int(count / share * 1.2) + 8
+
+
 def training_seeds(case: str, pool: int, first_seed: int, share: float,
                    make: Callable[[int, int], Task], part: str = "all",
                    cold_start_share: float = DEFAULT_COLD_START_SHARE,
@@ -112,9 +132,7 @@ def training_seeds(case: str, pool: int, first_seed: int, share: float,
 
     ``make(index, seed)`` builds the task that pool position ``index`` would get.
     """
-    kept = 1.0 - share
-    if part != "all":
-        kept *= cold_start_share if part == "cold_start" else 1.0 - cold_start_share
+    kept = kept_share(share, part, cold_start_share)
     wanted = ("cold_start", "rl") if part == "all" else (part,)
     seeds: list[int] = []
     seed = first_seed

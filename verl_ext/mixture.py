@@ -30,7 +30,8 @@ from .envs.system_prompt import KEY as SYSTEM_PROMPT_KEY
 from .envs.system_prompt import check_system_prompt, system_prompt_of, with_system_prompt
 from .games import GAME_AGENT_NAME, SINGLE_TURN_AGENT_NAME
 from .held_out import (DEFAULT_COLD_START_SHARE, DEFAULT_HELD_OUT_SHARE, check_cold_start_share, check_share,
-                       check_train_part, training_seeds, validation_indices)
+                       check_train_part, expected_training_draws, expected_validation_draws, training_seeds,
+                       validation_indices)
 from .train_positions import check_train_positions, position_filter
 
 SPLITS = ("train", "val")
@@ -164,6 +165,9 @@ class EnvMixture:
         refs = []
         for env, case in self._cases():
             adapter = self.adapters[env]
+            if (prefetch := getattr(adapter, "prefetch", None)) is not None:
+                draws = expected_validation_draws(self.val_tasks_per_case, self.held_out_share)
+                prefetch(case, [self.seed(env, VAL_INDEX_OFFSET + i) for i in range(draws)])
             indices = validation_indices(
                 case, self.val_tasks_per_case, VAL_INDEX_OFFSET, self.held_out_share,
                 lambda index, a=adapter, e=env, c=case: a.make_task(c, index, self.seed(e, index)),
@@ -184,6 +188,10 @@ class EnvMixture:
         refs = []
         for (env, case), pool, count in zip(cases, pools, counts):
             adapter = self.adapters[env]
+            if (prefetch := getattr(adapter, "prefetch", None)) is not None:
+                draws = expected_training_draws(min(pool, count), self.held_out_share, self.train_part,
+                                                self.cold_start_share)
+                prefetch(case, range(self.seed(env, 0), self.seed(env, 0) + draws))
             seeds = training_seeds(case, min(pool, count), self.seed(env, 0), self.held_out_share,
                                    lambda index, seed, a=adapter, c=case: a.make_task(c, index, seed),
                                    self.train_part, self.cold_start_share,

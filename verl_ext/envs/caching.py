@@ -30,6 +30,10 @@ class OnceLRU(Generic[V]):
     def __len__(self) -> int:
         return len(self._data)
 
+    def __contains__(self, key: Hashable) -> bool:
+        with self._lock:
+            return key in self._data
+
     def get_or_compute(self, key: Hashable, compute: Callable[[], V]) -> V:
         with self._lock:
             if key in self._data:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -10,6 +12,7 @@ from .answer import parse_answer
 from .base import ScoreResult, Task
 from .caching import OnceLRU
 from .config import ConfigError
+from .parallel_entries import generate_entries, worker_count
 
 # Generation cost matters (tasks are built on access, and rebuilt at reward time on a cache miss):
 # futoshiki takes ~0.6 s per puzzle on one core, so it is left out of the defaults (see docs/bench_envs.md).
@@ -44,13 +47,28 @@ class LogicConfig:
     max_response_chars: int = 32768
     max_answer_chars: int = 4096
     cache_size: int = 4096
+    # processes that generate a pool's puzzles ahead of the held-out split (0: as many as the CPUs, up to 16,
+    # when one core would take over ~10 s; 1: one at a time, on access)
+    generation_workers: int = 0
 
     def validate(self, where: str) -> None:
         for key in ("num_tasks_per_case", "max_response_chars", "max_answer_chars", "cache_size"):
             if getattr(self, key) <= 0:
                 raise ConfigError(f"{where}.{key}: must be > 0, got {getattr(self, key)!r}")
+        if self.generation_workers < 0:
+            raise ConfigError(f"{where}.generation_workers: expected an integer >= 0 (0: automatic, 1: no worker "
+                              f"processes), got {self.generation_workers!r}")
         if not 0.0 <= self.format_weight < 1.0:
             raise ConfigError(f"{where}.format_weight: must be in [0, 1), got {self.format_weight!r}")
+
+
+def _as_json(options: dict[str, Any]) -> str | None:
+    """``options`` as JSON for a worker process, or None when JSON would not give them back unchanged."""
+    try:
+        text = json.dumps(options, sort_keys=True)
+    except (TypeError, ValueError):
+        return None
+    return text if json.loads(text) == options else None
 
 
 def _looks_hedged(answer: str, reference: str) -> bool:
@@ -68,12 +86,12 @@ class LogicAdapter:
 
     def __init__(self, config: LogicConfig, where: str = "data.env.logic") -> None:
         self.config = config
-        self._datasets = self._build_datasets(config.cases, where)
+        self._datasets, self._options = self._build_datasets(config.cases, where)
         self._entries: OnceLRU[dict[str, Any]] = OnceLRU(config.cache_size)
         self._floors: OnceLRU[float] = OnceLRU(config.cache_size)
 
     @staticmethod
-    def _build_datasets(cases: Any, where: str) -> dict[str, Any]:
+    def _build_datasets(cases: Any, where: str) -> tuple[dict[str, Any], dict[str, str | None]]:
         # Imported here so game-only runs need no reasoning-gym (it imports all of its 100+ datasets).
         import reasoning_gym
         from reasoning_gym.factory import DATASETS
@@ -86,6 +104,7 @@ class LogicAdapter:
         if not items:
             raise ConfigError(f"{where}.cases: is empty; name at least one reasoning-gym dataset")
         datasets: dict[str, Any] = {}
+        options_json: dict[str, str | None] = {}
         for name, options in items:
             if name not in DATASETS:
                 raise ConfigError(f"{where}.cases: unknown reasoning-gym dataset {name!r} "
@@ -96,7 +115,8 @@ class LogicAdapter:
                 datasets[name] = reasoning_gym.create_dataset(name, seed=0, size=_VIRTUAL_SIZE, **(options or {}))
             except Exception as err:  # reasoning-gym raises TypeError/AssertionError for bad options
                 raise ConfigError(f"{where}.cases.{name}: invalid options {options!r}: {err}") from None
-        return datasets
+            options_json[name] = _as_json(options or {})
+        return datasets, options_json
 
     def cases(self) -> list[str]:
         return list(self._datasets)
@@ -106,6 +126,28 @@ class LogicAdapter:
 
     def _entry(self, case: str, seed: int) -> dict[str, Any]:
         return self._entries.get_or_compute((case, seed), lambda: self._datasets[case][seed])
+
+    def prefetch(self, case: str, seeds: Sequence[int]) -> int:
+        """Generate the puzzles of ``seeds`` ahead, in worker processes when one core would take over ~10 s
+        (``generation_workers``); the mixture calls this before it reads a pool's contents. Returns the number of
+        processes used (0: nothing was missing; 1: the puzzles are left to be made on access, as without it)."""
+        missing = [seed for seed in dict.fromkeys(seeds) if (case, seed) not in self._entries]
+        missing = missing[:self.config.cache_size]  # more would evict the first before they are read
+        if not missing:
+            return 0
+        start = time.perf_counter()
+        self._entry(case, missing[0])
+        rest = missing[1:]
+        workers = worker_count(self.config.generation_workers, (time.perf_counter() - start) * len(rest), len(rest))
+        options = self._options[case]
+        if workers <= 1 or options is None:
+            return 1
+        entries = generate_entries(case, options, _VIRTUAL_SIZE, rest, workers)
+        if entries is None:
+            return 1
+        for seed, entry in zip(rest, entries):
+            self._entries.put((case, seed), entry)
+        return workers
 
     def make_task(self, case: str, index: int, seed: int) -> Task:
         entry = self._entry(case, seed)
