@@ -243,3 +243,39 @@ def test_collect_out_packs_every_run_as_it_stands_without_weights_one_archive_ea
     assert names == ["run-a", "run-a/logs", "run-a/logs/x.metrics.jsonl", "run-a/run.log"]  # no grpo/, no sft_hf/
     with tarfile.open(out / "games-base.tgz") as archive:
         assert "driver.log" in archive.getnames() and "base/logs/x.metrics.jsonl" in archive.getnames()
+
+
+def _carried_cold_start(tmp_path: Path, base_env: str) -> Path:
+    """A cold start as bench/device/cold_start_parts.sh brings it over: DIR/sft_hf and DIR/PROVENANCE."""
+    made = tmp_path / "carried"
+    (made / "sft_hf").mkdir(parents=True)
+    (made / "sft_hf" / "config.json").write_text('{"carried": true}')
+    (made / "PROVENANCE").write_text(f"base_env={base_env}\ncommit=abc1234\nmade=2026-11-27T20:00:00Z\n")
+    return made / "sft_hf"
+
+
+def test_a_carried_cold_start_skips_the_sft_and_hf_stages(tmp_path):
+    carried = _carried_cold_start(tmp_path, "base.env")
+    done, calls = _drive(tmp_path, gpus=1, COLD_START_FROM=str(carried))
+    assert done.returncode == 0, done.stderr
+    assert calls[0] == "run=base stages=model export gpu=unset ray=unset"  # the data is still made
+    assert "cold start: carried from" in done.stdout and "commit=abc1234" in done.stdout
+    for run in ("base", "a", "b"):  # every run starts from the carried model, its stages marked as carried
+        assert (tmp_path / "root" / run / "sft_hf" / "config.json").read_text() == '{"carried": true}'
+        assert (tmp_path / "root" / run / "hf.done").read_text().startswith("carried: base_env=base.env")
+    assert "base/PROVENANCE" in _packed(tmp_path, "base")
+
+
+def test_a_cold_start_made_by_another_base_file_is_refused_before_any_stage(tmp_path):
+    carried = _carried_cold_start(tmp_path, "smollm2-columns-base.env")
+    done, calls = _drive(tmp_path, gpus=1, COLD_START_FROM=str(carried))
+    assert done.returncode == 2 and calls == []
+    assert "made by base file 'smollm2-columns-base.env', but this driver's base file is 'base.env'" in done.stderr
+
+
+def test_a_carried_cold_start_needs_its_provenance(tmp_path):
+    carried = _carried_cold_start(tmp_path, "base.env")
+    (carried.parent / "PROVENANCE").unlink()
+    done, calls = _drive(tmp_path, gpus=1, COLD_START_FROM=str(carried))
+    assert done.returncode == 2 and calls == []
+    assert "expected a model folder with config.json and a PROVENANCE file" in done.stderr

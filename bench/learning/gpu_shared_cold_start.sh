@@ -17,7 +17,8 @@
 # machine with a GPU per run (nvidia-smi lists at least as many as there are runs) each run gets a GPU of its own
 # (CUDA_VISIBLE_DEVICES) and all its stages run beside the others'. A run is packed after each of its stages, so a
 # machine that goes back mid-eval still returns the GRPO logs. GPU_OFFSET (below) puts two drivers on one machine;
-# RAY_PORT_BASE (below) moves the runs' Ray ports clear of clusters an earlier driver left running.
+# RAY_PORT_BASE (below) moves the runs' Ray ports clear of clusters an earlier driver left running. COLD_START_FROM
+# (below) starts from a cold start an earlier session made and brought over (bench/device/cold_start_parts.sh).
 # shellcheck source-path=SCRIPTDIR
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
@@ -58,6 +59,30 @@ if [[ "${PARALLEL:-0}" == 1 ]] && (( gpus >= GPU_OFFSET + $# )); then own_gpu=1;
 pack() {  # everything small of ROOT/NAME into OUT/NAME.tgz
   pack_run_dir "$ROOT" "$1" "$OUT"
 }
+
+# COLD_START_FROM: a cold start made by an earlier session with this same base file and brought over as parts
+# (bench/device/cold_start_parts.sh assemble: DIR/sft_hf with DIR/PROVENANCE beside it). It becomes base/sft_hf,
+# and the base's sft and hf stages count as done: the model and export stages still run (the runs need the data),
+# the SFT's ~5-10 minutes do not. The SFT's own logs and checkpoints stay with the session that made it.
+if [[ -n "${COLD_START_FROM:-}" ]]; then
+  provenance="$(dirname "$COLD_START_FROM")/PROVENANCE"
+  if [[ ! -f "$COLD_START_FROM/config.json" || ! -f "$provenance" ]]; then
+    echo "COLD_START_FROM=$COLD_START_FROM: expected a model folder with config.json and a PROVENANCE file beside" \
+      "it (bench/device/cold_start_parts.sh assemble makes both)" >&2
+    exit 2
+  fi
+  made_by="$(sed -n 's/^base_env=//p' "$provenance")"
+  if [[ "$made_by" != "$(basename "$base_spec")" ]]; then
+    echo "COLD_START_FROM=$COLD_START_FROM: made by base file '$made_by', but this driver's base file is" \
+      "'$(basename "$base_spec")': its runs would start from another cold start than their base describes" >&2
+    exit 2
+  fi
+  mkdir -p "$ROOT/base"
+  rm -rf "$ROOT/base/sft_hf" && cp -a "$COLD_START_FROM" "$ROOT/base/sft_hf"
+  cp "$provenance" "$ROOT/base/PROVENANCE"
+  for stage in sft hf; do echo "carried: $(tr '\n' ' ' < "$provenance")" > "$ROOT/base/$stage.done"; done
+  echo "cold start: carried from $COLD_START_FROM ($(tr '\n' ' ' < "$provenance"))"
+fi
 
 # the shared stages
 (
