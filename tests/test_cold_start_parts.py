@@ -42,11 +42,12 @@ def test_parts_fit_both_directions_and_join_to_the_same_model(tmp_path):
     assert parts("out", tmp_path / "parts", tmp_path / "out", 1).returncode == 2  # no such group
 
     # into the next one: one folder per carry call, joined again on arrival
-    assert parts("carry", tmp_path / "parts", tmp_path / "carry").returncode == 0
+    carried = parts("carry", tmp_path / "parts", tmp_path / "carry")
+    assert carried.returncode == 0 and "1 folders" in carried.stdout
     arrived = tmp_path / "arrived"
     arrived.mkdir()
     for folder in sorted((tmp_path / "carry").iterdir()):
-        assert sum(f.stat().st_size for f in folder.iterdir()) <= 60 * MIB
+        assert sum(f.stat().st_size for f in folder.iterdir()) <= 46 * MIB  # beside a ~3 MiB working tree
         for file in folder.iterdir():
             (arrived / file.name).write_bytes(file.read_bytes())
     joined = parts("assemble", arrived, tmp_path / "cold")

@@ -3,14 +3,14 @@
 # device tool's transfers, so that a later session starts GRPO from it instead of repeating the SFT (a whole-game
 # cold start is ~12 of a session's 30 minutes). Both directions have limits:
 # - back from a lent machine: at most 8 files of 16 MiB, 64 MiB together, per call;
-# - into one: 64 MiB per call with the working tree.
-# Parts of 15 MiB, four to a call, fit both.
+# - into one: 64 MiB per call with the working tree (~3 MiB with bench/device/slim_tree.sh on).
+# Parts of 15 MiB fit both: four to a call back (60 MiB), three to a carry call (45 MiB beside the tree).
 #   pack SRC_DIR PARTS_DIR BASE_ENV   tar SRC_DIR (as sft_hf) and a PROVENANCE file (the base run file's name, the
 #                                     checkout's commit, the date, the SFT's stage time) into parts, with SHA256SUMS
 #   out PARTS_DIR OUT GROUP           copy group GROUP (0, 1, ...: four parts; group 0 also SHA256SUMS and
 #                                     PROVENANCE) into OUT/coldstart/ and say how many groups there are
-#   carry PARTS_DIR CARRY_DIR         lay the parts out as CARRY_DIR/001, 002, ...: four parts a folder (one carry
-#                                     call each; 001 also SHA256SUMS and PROVENANCE)
+#   carry PARTS_DIR CARRY_DIR         lay the parts out as CARRY_DIR/001, 002, ...: three parts a folder (one
+#                                     carry call each; 001 also SHA256SUMS and PROVENANCE)
 #   assemble PARTS_DIR DEST_DIR       check every part and the whole archive, then unpack DEST_DIR/sft_hf and
 #                                     DEST_DIR/PROVENANCE
 # The driver takes the result as COLD_START_FROM=DEST_DIR/sft_hf (bench/learning/gpu_shared_cold_start.sh).
@@ -18,6 +18,7 @@ set -euo pipefail
 
 PART_BYTES=$((15 * 1024 * 1024))
 PARTS_PER_GROUP=4
+PARTS_PER_CARRY=3
 
 usage() {
   sed -n '2,16p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
@@ -68,16 +69,16 @@ out() {
 }
 
 carry() {
-  local parts="$1" carry_dir="$2" total group folder
-  total="$(groups "$parts")"
+  local parts="$1" carry_dir="$2" index=0 folder part
   rm -rf "$carry_dir"
-  for ((group = 0; group < total; group++)); do
-    folder="$carry_dir/$(printf '%03d' $((group + 1)))"
-    mkdir -p "$folder"
-    out "$parts" "$folder" "$group" > /dev/null
-    mv "$folder/coldstart/"* "$folder/" && rmdir "$folder/coldstart"
-  done
-  echo "carry: $total folders in $carry_dir (one carry call each; copy every folder's files into one PARTS_DIR)"
+  while read -r part; do
+    folder="$carry_dir/$(printf '%03d' $((index / PARTS_PER_CARRY + 1)))"
+    mkdir -p "$folder" && cp "$part" "$folder/"
+    index=$((index + 1))
+  done < <(parts_of "$parts")
+  cp "$parts/SHA256SUMS" "$parts/PROVENANCE" "$carry_dir/001/"
+  echo "carry: $(( (index + PARTS_PER_CARRY - 1) / PARTS_PER_CARRY )) folders in $carry_dir (one carry call each;" \
+    "copy every folder's files into one PARTS_DIR)"
 }
 
 assemble() {
