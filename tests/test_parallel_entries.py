@@ -3,6 +3,8 @@ plan does not depend on how they were made (verl_ext/envs/parallel_entries.py, L
 
 from __future__ import annotations
 
+import multiprocessing
+from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 
 import pytest
@@ -22,13 +24,23 @@ def test_worker_count_is_requested_or_by_the_serial_estimate(monkeypatch):
     assert parallel_entries.worker_count(0, 400.0, 40) == 2  # one process per 16 puzzles at most
 
 
-def test_workers_make_the_same_puzzles_for_every_default_case():
+def test_a_worker_process_makes_the_same_puzzles_for_every_default_case():
+    # one spawned process for every case (a pool costs ~2.5 s of imports): reasoning-gym seeds item i with seed + i,
+    # so no generator may depend on process state
     serial = LogicAdapter(LogicConfig(generation_workers=1))
-    parallel = LogicAdapter(LogicConfig(generation_workers=2))
     seeds = [100, 101, 102]
-    for case in DEFAULT_CASES:
-        assert parallel.prefetch(case, seeds) == 2, case
-        assert [parallel._entry(case, s) for s in seeds] == [serial._entry(case, s) for s in seeds], case
+    with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        made = list(pool.map(parallel_entries._entries_in_worker, DEFAULT_CASES,
+                             [serial._options[case] for case in DEFAULT_CASES],
+                             [2**31 - 1] * len(DEFAULT_CASES), [seeds] * len(DEFAULT_CASES)))
+    for case, entries in zip(DEFAULT_CASES, made):
+        assert entries == [serial._entry(case, seed) for seed in seeds], case
+
+
+def test_prefetch_fills_the_cache_from_worker_processes():
+    adapter = LogicAdapter(LogicConfig(cases=["knights_knaves"], generation_workers=2))
+    assert adapter.prefetch("knights_knaves", range(40)) == 2
+    assert all(("knights_knaves", seed) in adapter._entries for seed in range(40))
 
 
 def test_a_serial_adapter_leaves_puzzles_to_be_made_on_access():
@@ -40,7 +52,7 @@ def test_a_serial_adapter_leaves_puzzles_to_be_made_on_access():
 
 def test_the_plan_is_the_same_with_worker_processes():
     def plan(workers: int):
-        mixture = EnvMixture({"logic": {"cases": ["zebra_puzzles", "knights_knaves"], "num_tasks_per_case": 8,
+        mixture = EnvMixture({"logic": {"cases": ["zebra_puzzles"], "num_tasks_per_case": 8,
                                         "generation_workers": workers}, "val_tasks_per_case": 2,
                               "held_out_share": 0.5})
         return mixture.plan("train"), mixture.plan("val")

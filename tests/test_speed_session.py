@@ -298,6 +298,7 @@ def test_machine_facts_count_the_sites_bytecode_and_time_an_import(tmp_path):
 def test_next_session_plans_runs_compose_and_pass_preflight():
     # the plans meant for the next GPU session: every run of ours is a valid verl config before device time is spent
     labels = set()
+    configs: dict[tuple, object] = {}  # 84 runs of ours in these plans, 24 distinct settings: each composed once
     for name in ("next-session.plan", "one-machine.plan", "startup-overlap.plan", "startup-fork.plan",
                  "startup-confirm.plan", "on-policy.plan", "phases.plan", "smoke-fsdp1.plan", "smoke-levers.plan", "startup-freeze.plan", "first-run.plan",
                  "lm-head.plan", "loss-cut.plan", "compile.plan", "compile-b.plan", "no-fsdp.plan"):
@@ -316,9 +317,12 @@ def test_next_session_plans_runs_compose_and_pass_preflight():
                 assert all(f"{switch}={env[switch]}: this switch was removed in issue 46" in refused.stderr
                            for switch in removed), refused.stderr
                 continue
-            cfg = compose("ppo_trainer", overrides_of(dry_run("openspiel-ppo.sh", *args, RUN_PROFILE="smoke",
-                                                              **script_knobs(env))))
-            assert check_ppo(cfg, check_imports=False) == [], (name, env, args)
+            key = (tuple(sorted(script_knobs(env).items())), tuple(args))
+            if key not in configs:
+                configs[key] = compose("ppo_trainer", overrides_of(dry_run("openspiel-ppo.sh", *args,
+                                                                           RUN_PROFILE="smoke", **script_knobs(env))))
+                assert check_ppo(configs[key], check_imports=False) == [], (name, env, args)
+            cfg = configs[key]
             if env.get("OURS_LABEL", "").startswith("oneunit"):
                 assert_one_fsdp2_unit(cfg)
             env_vars = cfg.ray_kwargs.ray_init.get("runtime_env", {}).get("env_vars", {})
