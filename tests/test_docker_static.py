@@ -285,6 +285,7 @@ ALLOWED = {
     "GPU_OFFSET": "bench/learning/gpu_shared_cold_start.sh: the first GPU a driver uses, two drivers on one machine (a bench setting)",
     "RAY_PORT_BASE": "bench/learning/gpu_shared_cold_start.sh: the runs' Ray ports (base + GPU index), clear of an earlier driver's (a bench setting)",
     "COLD_START_FROM": "bench/learning/gpu_shared_cold_start.sh: a cold start carried from an earlier session (bench/device/cold_start_parts.sh; a bench setting)",
+    "KEEP_COLD_START": "bench/learning/gpu_shared_cold_start.sh: packs the cold start it made for a later session (a bench setting)",
     "BASE_STAGES": "bench/learning/gpu_shared_cold_start.sh: recipe stages of the shared cold start (set in a run file)",
     "RUN_STAGES": "bench/learning/gpu_shared_cold_start.sh: recipe stages of one run (set in a run file)",
     "FINAL_STAGES": "bench/learning/gpu_shared_cold_start.sh: a run's stages after every run's eval (set in a run file)",

@@ -279,3 +279,14 @@ def test_a_carried_cold_start_needs_its_provenance(tmp_path):
     done, calls = _drive(tmp_path, gpus=1, COLD_START_FROM=str(carried))
     assert done.returncode == 2 and calls == []
     assert "expected a model folder with config.json and a PROVENANCE file" in done.stderr
+
+
+def test_keep_cold_start_packs_the_made_cold_start_for_a_later_session(tmp_path):
+    done, _ = _drive(tmp_path, gpus=1, KEEP_COLD_START="1")
+    assert done.returncode == 0, done.stderr
+    parts = tmp_path / "root" / "coldstart-parts"
+    assert "base_env=base.env" in (parts / "PROVENANCE").read_text()
+    joined = subprocess.run(["bash", str(REPO / "bench" / "device" / "cold_start_parts.sh"), "assemble", str(parts),
+                             str(tmp_path / "next")], capture_output=True, text=True, check=False)
+    assert joined.returncode == 0, joined.stderr
+    assert (tmp_path / "next" / "sft_hf" / "config.json").read_text() == "{}\n"  # what the stand-in's hf stage wrote

@@ -18,7 +18,8 @@
 # (CUDA_VISIBLE_DEVICES) and all its stages run beside the others'. A run is packed after each of its stages, so a
 # machine that goes back mid-eval still returns the GRPO logs. GPU_OFFSET (below) puts two drivers on one machine;
 # RAY_PORT_BASE (below) moves the runs' Ray ports clear of clusters an earlier driver left running. COLD_START_FROM
-# (below) starts from a cold start an earlier session made and brought over (bench/device/cold_start_parts.sh).
+# (below) starts from a cold start an earlier session made and brought over (bench/device/cold_start_parts.sh);
+# KEEP_COLD_START=1 packs the one this driver makes for such a session.
 # shellcheck source-path=SCRIPTDIR
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
@@ -96,6 +97,12 @@ fi
 mkdir -p "$ROOT/base"
 cp "$ROOT/base.log" "$ROOT/base/"
 pack base
+# KEEP_COLD_START=1: the cold start this driver made, as parts for a later session (ROOT/coldstart-parts; bring
+# them back with `bench/device/cold_start_parts.sh out ROOT/coldstart-parts "$OUT" GROUP`, one group per call)
+if [[ "${KEEP_COLD_START:-0}" == 1 && -z "${COLD_START_FROM:-}" && -f "$ROOT/base/sft_hf/config.json" ]]; then
+  bash bench/device/cold_start_parts.sh pack "$ROOT/base/sft_hf" "$ROOT/coldstart-parts" "$base_spec" \
+    || echo "KEEP_COLD_START: packing $ROOT/base/sft_hf failed; the runs go on" >&2
+fi
 
 # ROOT/NAME starts as a copy of base (hard links)
 fork() {
