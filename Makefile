@@ -8,8 +8,9 @@ TORCH_SPEC ?= torch==2.13.0
 # value-head model whenever trl is importable, models/transformers/monkey_patch.py:352-356, and trl 1.16 has no
 # such model any more). Its dependencies are verl's.
 TRL_SPEC ?= trl==1.16.0
-# uv installs what pip would (the same versions here; 2026-11-27: 4 min -> 0.5 min with a cold cache). uv reads no
-# pip configuration, so pip's find-links (a machine's local wheels, e.g. a CPU build of torch) are passed on.
+# uv installs what pip would (the same versions here; 2026-11-27: 4 min -> 1.5 min with a cold cache, bytecode
+# written). uv reads no pip configuration, so pip's find-links (a machine's local wheels, e.g. a CPU build of
+# torch) are passed on.
 UV_SPEC ?= uv==0.13.9
 UV = $(VENV)/bin/python -m uv pip install -q --python $(VENV)/bin/python --compile-bytecode
 FIND_LINKS := $(sort $(PIP_FIND_LINKS) $(shell $(PYTHON) -m pip config get global.find-links 2>/dev/null))

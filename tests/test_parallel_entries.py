@@ -31,8 +31,7 @@ def test_a_worker_process_makes_the_same_puzzles_for_every_default_case():
     seeds = [100, 101, 102]
     with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
         made = list(pool.map(parallel_entries._entries_in_worker, DEFAULT_CASES,
-                             [serial._options[case] for case in DEFAULT_CASES],
-                             [2**31 - 1] * len(DEFAULT_CASES), [seeds] * len(DEFAULT_CASES)))
+                             [serial._options[case] for case in DEFAULT_CASES], [seeds] * len(DEFAULT_CASES)))
     for case, entries in zip(DEFAULT_CASES, made):
         assert entries == [serial._entry(case, seed) for seed in seeds], case
 

@@ -12,7 +12,7 @@ from .answer import parse_answer
 from .base import ScoreResult, Task
 from .caching import OnceLRU
 from .config import ConfigError
-from .parallel_entries import generate_entries, worker_count
+from .parallel_entries import create_dataset, generate_entries, worker_count
 
 # Generation cost matters (tasks are built on access, and rebuilt at reward time on a cache miss):
 # futoshiki takes ~0.6 s per puzzle on one core, so it is left out of the defaults (see docs/bench_envs.md).
@@ -26,8 +26,6 @@ DEFAULT_CASES: tuple[str, ...] = (
 )
 # A probe answer no puzzle accepts; whatever credit a dataset gives it is the floor we subtract.
 _JUNK_ANSWER = "?"
-# Any item index works: reasoning-gym seeds item i with seed + i, so one dataset per case serves every task.
-_VIRTUAL_SIZE = 2**31 - 1
 
 
 @dataclass
@@ -93,7 +91,6 @@ class LogicAdapter:
     @staticmethod
     def _build_datasets(cases: Any, where: str) -> tuple[dict[str, Any], dict[str, str | None]]:
         # Imported here so game-only runs need no reasoning-gym (it imports all of its 100+ datasets).
-        import reasoning_gym
         from reasoning_gym.factory import DATASETS
 
         if cases is None:
@@ -112,7 +109,7 @@ class LogicAdapter:
             if options is not None and not isinstance(options, dict):
                 raise ConfigError(f"{where}.cases.{name}: expected a dict of dataset options, got {options!r}")
             try:
-                datasets[name] = reasoning_gym.create_dataset(name, seed=0, size=_VIRTUAL_SIZE, **(options or {}))
+                datasets[name] = create_dataset(name, options or {})
             except Exception as err:  # reasoning-gym raises TypeError/AssertionError for bad options
                 raise ConfigError(f"{where}.cases.{name}: invalid options {options!r}: {err}") from None
             options_json[name] = _as_json(options or {})
@@ -142,7 +139,7 @@ class LogicAdapter:
         options = self._options[case]
         if workers <= 1 or options is None:
             return 1
-        entries = generate_entries(case, options, _VIRTUAL_SIZE, rest, workers)
+        entries = generate_entries(case, options, rest, workers)
         if entries is None:
             return 1
         for seed, entry in zip(rest, entries):

@@ -10,6 +10,7 @@ threads.
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import os
 import warnings
@@ -25,18 +26,24 @@ MAX_WORKERS = 16
 # a worker gets several chunks, so that a slow chunk does not leave the others idle at the end
 CHUNKS_PER_WORKER = 4
 
+# Any item index works: reasoning-gym seeds item i with seed + i, so one dataset per case serves every task.
+VIRTUAL_SIZE = 2**31 - 1
+
 _worker_datasets: dict[tuple[str, str], Any] = {}
 
 
-def _entries_in_worker(name: str, options_json: str, size: int, seeds: Sequence[int]) -> list[dict[str, Any]]:
+def create_dataset(name: str, options: dict[str, Any]) -> Any:
+    """reasoning-gym dataset ``name`` with ``options`` as the logic env builds it, in its process or a worker's."""
+    import reasoning_gym  # here, so game-only runs need no reasoning-gym (it imports all of its 100+ datasets)
+
+    return reasoning_gym.create_dataset(name, seed=0, size=VIRTUAL_SIZE, **options)
+
+
+def _entries_in_worker(name: str, options_json: str, seeds: Sequence[int]) -> list[dict[str, Any]]:
     """Entries ``seeds`` of reasoning-gym dataset ``name`` (built once per worker process)."""
-    import json
-
-    import reasoning_gym
-
     key = (name, options_json)
     if key not in _worker_datasets:
-        _worker_datasets[key] = reasoning_gym.create_dataset(name, seed=0, size=size, **json.loads(options_json))
+        _worker_datasets[key] = create_dataset(name, json.loads(options_json))
     dataset = _worker_datasets[key]
     return [dataset[seed] for seed in seeds]
 
@@ -51,7 +58,7 @@ def worker_count(requested: int, serial_seconds: float, items: int) -> int:
     return max(1, min(os.cpu_count() or 1, MAX_WORKERS, items // 16))
 
 
-def generate_entries(name: str, options_json: str, size: int, seeds: Sequence[int],
+def generate_entries(name: str, options_json: str, seeds: Sequence[int],
                      workers: int) -> list[dict[str, Any]] | None:
     """Entries of ``seeds`` in order, made by ``workers`` spawned processes; None (with a warning) when the
     processes could not run, e.g. under a ``__main__`` that a spawned process cannot import (code fed on stdin)."""
@@ -60,8 +67,7 @@ def generate_entries(name: str, options_json: str, size: int, seeds: Sequence[in
     parts = [seeds[i:i + chunk] for i in range(0, len(seeds), chunk)]
     try:
         with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-            results = pool.map(_entries_in_worker, [name] * len(parts), [options_json] * len(parts),
-                               [size] * len(parts), parts)
+            results = pool.map(_entries_in_worker, [name] * len(parts), [options_json] * len(parts), parts)
             return [entry for part in results for entry in part]
     except (BrokenProcessPool, OSError) as err:
         warnings.warn(f"{name}: generating {len(seeds)} puzzles in {workers} worker processes failed ({err!r}); "
