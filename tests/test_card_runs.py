@@ -31,7 +31,7 @@ from test_train_scripts import overrides_of
 REPO = Path(__file__).resolve().parents[1]
 RUNS = REPO / "bench" / "learning" / "runs"
 BASE = RUNS / "smollm2-cards-base.env"
-CARD_RUNS = ("kuhn", "leduc", "hanabi")
+CARD_RUNS = ("kuhn", "kuhn-grpo60", "leduc", "hanabi")
 
 
 def recipe_environ(model: str) -> dict[str, str]:

@@ -52,7 +52,7 @@ def _executable(path: Path, text: str) -> Path:
     return path
 
 
-def _drive(tmp_path: Path, gpus: int, names: tuple[str, ...] = ("a", "b"),
+def _drive(tmp_path: Path, gpus: int, names: tuple[str, ...] = ("a", "b"), run_extra: str = "",
            **env: str) -> tuple[subprocess.CompletedProcess, list[str]]:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(parents=True, exist_ok=True)
@@ -75,7 +75,7 @@ def _drive(tmp_path: Path, gpus: int, names: tuple[str, ...] = ("a", "b"),
     runs.mkdir(exist_ok=True)
     (runs / "base.env").write_text("GAME_TYPES=tic_tac_toe\n")
     for name in names:
-        (runs / f"{name}.env").write_text(f'RUN_STAGES="grpo merge eval"\nGRPO_ARGS=(trainer.note={name})\n')
+        (runs / f"{name}.env").write_text(f'RUN_STAGES="grpo merge eval"\nGRPO_ARGS=(trainer.note={name})\n{run_extra}')
     calls = tmp_path / "calls.log"
     environ = {k: v for k, v in os.environ.items() if k not in ("CUDA_VISIBLE_DEVICES", "RAY_ADDRESS")}
     environ.update(PATH=f"{bin_dir}:{environ['PATH']}", CALLS=str(calls), RAY_CALLS=str(tmp_path / "ray.log"),
@@ -137,6 +137,24 @@ def test_parallel_runs_share_one_gpu_or_get_one_each(tmp_path, gpus):
                                     for s in ("grpo", "merge", "eval")]
     for name in ("a", "b"):
         assert f"{name}/eval/results.md" in _packed(tmp_path, name)
+
+
+@pytest.mark.parametrize("gpus", [1, 2])
+def test_final_stages_wait_for_every_run_on_one_gpu_and_follow_the_run_on_its_own(tmp_path, gpus):
+    done, calls = _drive(tmp_path, gpus=gpus, PARALLEL="1", run_extra='FINAL_STAGES="curve"\n')
+    assert done.returncode == 0, done.stderr
+    curves = [c for c in calls if "stages=curve" in c]
+    assert len(curves) == 2  # once each: the loop at the end finds them done
+    if gpus == 1:
+        # after both runs' evals, outside the runs' Ray clusters
+        assert calls[-2:] == [f"run={name} stages=curve gpu=unset ray=unset" for name in ("a", "b")]
+    else:
+        for name, gpu in (("a", 0), ("b", 1)):
+            mine = [c for c in calls if c.startswith(f"run={name} ")]
+            assert mine[-2:] == [f"run={name} stages={s} gpu={gpu} ray=127.0.0.1:{6390 + gpu}"
+                                 for s in ("eval", "curve")]
+    for name in ("a", "b"):
+        assert f"{name}/curve.done" in _packed(tmp_path, name)
 
 
 def test_a_second_driver_takes_the_gpus_after_the_first(tmp_path):

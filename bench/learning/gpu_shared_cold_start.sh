@@ -9,7 +9,8 @@
 # that sets recipe knobs (GAME_TYPES, LOGIC_CASES, ENV_OVERRIDES, GRPO_STEPS, EVAL_SUITES, ...), GRPO_ARGS (an
 # array of Hydra overrides for the grpo stage), RUN_STAGES (default "grpo merge eval plot"; BASE_STAGES in
 # the base file, default "model export sft hf") and FINAL_STAGES (default none: stages that run only once every
-# run's RUN_STAGES have ended, e.g. the curve stage, so that no run's eval waits behind another run's extras);
+# run's RUN_STAGES have ended, e.g. the curve stage, so that no run's eval waits behind another run's extras; with a
+# GPU per run they follow the run's own stages on its GPU);
 # base.env's settings are the defaults of every run. All models are
 # therefore judged against one cold-start model, on held-out sets that depend only on the case settings
 # (verl_ext/held_out.py). After every run its folder is packed into $OUT/<name>.tgz (no weights).
@@ -171,6 +172,14 @@ run_and_pack() {
   done
 }
 
+# With a GPU per run: its stages, then its FINAL_STAGES on the same GPU (no other run's eval waits behind them,
+# and they end before the slowest run does; the loops at the end find them done).
+run_all_and_pack() {
+  run_and_pack "$1" || return $?
+  run_stages "$1" final || return $?
+  pack "$(basename "$1" .env)"
+}
+
 if [[ "${PARALLEL:-0}" == 1 ]]; then
   pids=() i=0
   echo "PARALLEL: $# runs, $gpus GPUs, from GPU $GPU_OFFSET: $([[ $own_gpu == 1 ]] \
@@ -201,7 +210,7 @@ if [[ "${PARALLEL:-0}" == 1 ]]; then
       }
     done
     if [[ "$own_gpu" == 1 ]]; then
-      CUDA_VISIBLE_DEVICES="$g" RAY_ADDRESS="127.0.0.1:$port" run_and_pack "$spec" &
+      CUDA_VISIBLE_DEVICES="$g" RAY_ADDRESS="127.0.0.1:$port" run_all_and_pack "$spec" &
     else
       RAY_ADDRESS="127.0.0.1:$port" run_stages "$spec" grpo &
     fi
