@@ -157,6 +157,23 @@ def test_final_stages_wait_for_every_run_on_one_gpu_and_follow_the_run_on_its_ow
         assert f"{name}/curve.done" in _packed(tmp_path, name)
 
 
+def test_two_drivers_split_two_gpus_with_gpu_count(tmp_path):
+    """nvidia-h200-x2 with four runs: GPU_OFFSET=0 GPU_COUNT=1 keeps the first driver's runs on GPU 0 (their GRPO
+    stages at once), GPU_OFFSET=1 puts the second one's on GPU 1; no run sees the other GPU."""
+    first, calls = _drive(tmp_path / "first", gpus=2, PARALLEL="1", GPU_COUNT="1")
+    assert first.returncode == 0, first.stderr
+    assert "GRPO stages at once on one GPU" in first.stdout
+    assert calls and all(c.endswith(("gpu=0 ray=unset", "gpu=0 ray=127.0.0.1:6390", "gpu=0 ray=127.0.0.1:6391"))
+                         for c in calls), calls
+    second, calls = _drive(tmp_path / "second", gpus=2, PARALLEL="1", GPU_OFFSET="1")
+    assert second.returncode == 0, second.stderr
+    assert all(" gpu=1 " in c for c in calls), calls
+    for bad_count in ("0", "2", "x"):
+        bad, _ = _drive(tmp_path / f"bad{bad_count}", gpus=2, GPU_OFFSET="1", GPU_COUNT=bad_count)
+        assert bad.returncode == 2 and f"GPU_COUNT: 1 to 1 (nvidia-smi lists 2 GPUs, GPU_OFFSET=1), got '{bad_count}'" \
+            in bad.stderr
+
+
 def test_a_second_driver_takes_the_gpus_after_the_first(tmp_path):
     """GPU_OFFSET=2 on a four-GPU machine: the cold start on GPU 2, the runs on GPUs 2 and 3, their Ray clusters
     on ports 6392-6393 behind 2 and 3 throw-away drivers (job ids unique beside a first driver's runs 0 and 1)."""

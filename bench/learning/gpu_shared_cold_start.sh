@@ -48,15 +48,24 @@ shift
 [[ "$RAY_PORT_BASE" =~ ^[0-9]+$ ]] \
   || { echo "RAY_PORT_BASE: a port number (e.g. 6390), got '$RAY_PORT_BASE'" >&2; exit 2; }
 gpus="$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)"
-if (( GPU_OFFSET > 0 )); then
-  if (( gpus <= GPU_OFFSET )); then
-    echo "GPU_OFFSET=$GPU_OFFSET: nvidia-smi lists $gpus GPUs (indices from 0)" >&2
-    exit 2
-  fi
+if (( GPU_OFFSET > 0 )) && (( gpus <= GPU_OFFSET )); then
+  echo "GPU_OFFSET=$GPU_OFFSET: nvidia-smi lists $gpus GPUs (indices from 0)" >&2
+  exit 2
+fi
+# GPU_COUNT: how many GPUs from GPU_OFFSET on this driver may use (default: all of them), so that two drivers split
+# a machine of two GPUs (GPU_OFFSET=0 GPU_COUNT=1 beside GPU_OFFSET=1): with fewer GPUs than runs, the runs' GRPO
+# stages share GPU_OFFSET.
+: "${GPU_COUNT:=$(( gpus > GPU_OFFSET ? gpus - GPU_OFFSET : 0 ))}"
+if ! [[ "$GPU_COUNT" =~ ^[0-9]+$ ]] || (( gpus > 0 && (GPU_COUNT < 1 || GPU_OFFSET + GPU_COUNT > gpus) )); then
+  echo "GPU_COUNT: 1 to $(( gpus - GPU_OFFSET )) (nvidia-smi lists $gpus GPUs, GPU_OFFSET=$GPU_OFFSET)," \
+    "got '$GPU_COUNT'" >&2
+  exit 2
+fi
+if (( GPU_OFFSET > 0 || (gpus > 0 && GPU_OFFSET + GPU_COUNT < gpus) )); then
   export CUDA_VISIBLE_DEVICES="$GPU_OFFSET"
 fi
 own_gpu=0
-if [[ "${PARALLEL:-0}" == 1 ]] && (( gpus >= GPU_OFFSET + $# )); then own_gpu=1; fi
+if [[ "${PARALLEL:-0}" == 1 ]] && (( GPU_COUNT >= $# )); then own_gpu=1; fi
 
 pack() {  # everything small of ROOT/NAME into OUT/NAME.tgz
   pack_run_dir "$ROOT" "$1" "$OUT"
