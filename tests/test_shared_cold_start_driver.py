@@ -165,9 +165,15 @@ def test_two_drivers_split_two_gpus_with_gpu_count(tmp_path):
     assert "GRPO stages at once on one GPU" in first.stdout
     assert calls and all(c.endswith(("gpu=0 ray=unset", "gpu=0 ray=127.0.0.1:6390", "gpu=0 ray=127.0.0.1:6391"))
                          for c in calls), calls
-    second, calls = _drive(tmp_path / "second", gpus=2, PARALLEL="1", GPU_OFFSET="1")
+    second, calls = _drive(tmp_path / "second", gpus=2, PARALLEL="1", GPU_OFFSET="1", RUN_SLOT_BASE="2")
     assert second.returncode == 0, second.stderr
     assert all(" gpu=1 " in c for c in calls), calls
+    # slots 0-1 and 2-3: a Ray port and a job id (throw-away drivers before the run's) of its own for each run
+    for driver, slots in (("first", (0, 1)), ("second", (2, 3))):
+        ray_log = (tmp_path / driver / "ray.log").read_text().splitlines()
+        assert [line.split("--port=")[1].split()[0] for line in ray_log if " start " in line] == \
+            [str(6390 + slot) for slot in slots]
+        assert sum("import ray" in line for line in ray_log) == sum(slots)
     for bad_count in ("0", "2", "x"):
         bad, _ = _drive(tmp_path / f"bad{bad_count}", gpus=2, GPU_OFFSET="1", GPU_COUNT=bad_count)
         assert bad.returncode == 2 and f"GPU_COUNT: 1 to 1 (nvidia-smi lists 2 GPUs, GPU_OFFSET=1), got '{bad_count}'" \
@@ -199,7 +205,7 @@ def test_a_port_an_earlier_driver_still_holds_stops_the_driver_with_the_cause_an
     done, calls = _drive(tmp_path, gpus=2, PARALLEL="1", RAY_BUSY_PORT="6390")
     assert done.returncode != 0
     log = tmp_path / "root" / "a" / "ray-start.log"
-    assert f"run a: `ray start` on port 6390 (RAY_PORT_BASE=6390 + GPU 0) failed; {log} ends: " in done.stderr
+    assert f"run a: `ray start` on port 6390 (RAY_PORT_BASE=6390 + slot 0) failed; {log} ends: " in done.stderr
     assert "AssertionError: Session name session_2 does not match persisted value session_1" in done.stderr
     assert "earlier driver still holds port 6390" in done.stderr and "RAY_PORT_BASE=6400" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1  # one line, the whole story

@@ -42,7 +42,7 @@ shift
 # every stage not given a GPU of its own; the runs' GPUs, Ray ports and job ids count on from it.
 : "${GPU_OFFSET:=0}"
 [[ "$GPU_OFFSET" =~ ^[0-9]+$ ]] || { echo "GPU_OFFSET: a GPU index (0, 1, ...), got '$GPU_OFFSET'" >&2; exit 2; }
-# RAY_PORT_BASE: with PARALLEL=1, the Ray cluster of the run on GPU g listens on RAY_PORT_BASE + g. A relaunched
+# RAY_PORT_BASE: with PARALLEL=1, the Ray cluster of run slot s (below) listens on RAY_PORT_BASE + s. A relaunched
 # driver whose first attempt's clusters still run needs another base (e.g. 6400): `ray start` fails on a held port.
 : "${RAY_PORT_BASE:=6390}"
 [[ "$RAY_PORT_BASE" =~ ^[0-9]+$ ]] \
@@ -66,6 +66,13 @@ if (( GPU_OFFSET > 0 || (gpus > 0 && GPU_OFFSET + GPU_COUNT < gpus) )); then
 fi
 own_gpu=0
 if [[ "${PARALLEL:-0}" == 1 ]] && (( GPU_COUNT >= $# )); then own_gpu=1; fi
+# RUN_SLOT_BASE: with PARALLEL=1, run i (from 0) takes slot RUN_SLOT_BASE + i (default GPU_OFFSET + i): its Ray
+# port and the job id of its GRPO (below) count from it, so every run on the host needs a slot of its own. Two
+# drivers whose runs share their GPUs (GPU_COUNT) overlap by default: give the second RUN_SLOT_BASE past the
+# first's last slot.
+: "${RUN_SLOT_BASE:=$GPU_OFFSET}"
+[[ "$RUN_SLOT_BASE" =~ ^[0-9]+$ ]] \
+  || { echo "RUN_SLOT_BASE: a slot index (0, 1, ...), got '$RUN_SLOT_BASE'" >&2; exit 2; }
 
 pack() {  # everything small of ROOT/NAME into OUT/NAME.tgz
   pack_run_dir "$ROOT" "$1" "$OUT"
@@ -151,7 +158,7 @@ run_stages() {
 # PARALLEL=1: the runs' GRPO stages share the GPU at once, then merge, eval and plot run one run at a time (an
 # eval's vLLM would not fit beside training). verl 0.9.1 names its weight-sync socket after the Ray job id, and the
 # first job of every fresh Ray cluster is 01000000: run i (from 0) therefore gets its own `ray start` cluster
-# where GPU_OFFSET + i throw-away drivers connect first, so its job id is unique on the host, also beside another
+# where RUN_SLOT_BASE + i throw-away drivers connect first, so its job id is unique on the host, also beside another
 # driver's runs (a plain ray.init would join the last cluster `ray start` made, so every run names its own with
 # RAY_ADDRESS). Runs sharing one GPU must then also cap vLLM's memory (GPU_MEMORY_UTILIZATION,
 # +actor_rollout_ref.rollout.engine_kwargs.vllm.kv_cache_memory_bytes: with a fixed KV cache vLLM skips its
@@ -197,21 +204,21 @@ if [[ "${PARALLEL:-0}" == 1 ]]; then
     name="$(basename "$spec" .env)"
     dir="$ROOT/$name"
     fork "$dir"
-    g=$((GPU_OFFSET + i))
-    port=$((RAY_PORT_BASE + g))
+    g=$((GPU_OFFSET + i)) slot=$((RUN_SLOT_BASE + i))
+    port=$((RAY_PORT_BASE + slot))
     gpu_env=()
     [[ "$own_gpu" == 1 ]] && gpu_env=("CUDA_VISIBLE_DEVICES=$g")
     if ! env ${gpu_env[@]+"${gpu_env[@]}"} python3 -m ray.scripts.scripts start --head --port="$port" --num-gpus=1 \
       --num-cpus="$(nproc)" --object-store-memory=8000000000 --include-dashboard=false --disable-usage-stats \
       > "$dir/ray-start.log" 2>&1; then
-      echo "run $name: \`ray start\` on port $port (RAY_PORT_BASE=$RAY_PORT_BASE + GPU $g) failed;" \
+      echo "run $name: \`ray start\` on port $port (RAY_PORT_BASE=$RAY_PORT_BASE + slot $slot) failed;" \
         "$dir/ray-start.log ends: $(tail -n 3 "$dir/ray-start.log" | paste -s -d '|' -) -- likely a Ray cluster" \
         "from an earlier driver still holds port $port: set RAY_PORT_BASE to another base" \
         "(e.g. RAY_PORT_BASE=$((RAY_PORT_BASE + 10))), or stop the old cluster once no other driver runs" \
         "(python3 -m ray.scripts.scripts stop: it stops every cluster on the host)" >&2
       exit 1
     fi
-    for _ in $(seq "$g"); do
+    for _ in $(seq "$slot"); do
       env ${gpu_env[@]+"${gpu_env[@]}"} RAY_ADDRESS="127.0.0.1:$port" \
         python3 -c 'import ray; ray.init(logging_level="ERROR"); ray.shutdown()' >> "$dir/ray-start.log" 2>&1 || {
         echo "run $name: a throw-away Ray driver on port $port failed; see $dir/ray-start.log" >&2
