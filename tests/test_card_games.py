@@ -162,6 +162,39 @@ def test_every_listed_move_is_accepted_by_the_parser():
                 assert adapter.score(case, task.state, f"<answer>{move}</answer>").valid
 
 
+def test_hanabi_answers_match_their_move_without_the_parentheses_case_or_a_trailing_mark():
+    """Measured on the H200 (2026-11-27): a third of the rejected Hanabi replies named one legal move in other
+    formatting (`Play 0` for `(Play 0)`). Such a reply is that move, in the game and in a single-move score; a
+    reply naming no legal move, or not exactly one, is still rejected."""
+    case = SMALL_HANABI
+    adapter = make_env("openspiel", {"cases": [case]})
+    episode = adapter.start_episode(case, 3, 0)
+    legal = episode.legal_moves()
+    assert "(Play 0)" in legal and "(Discard 0)" not in legal  # all information tokens left: no discard
+    for answer in ("Play 0", "(play 0)", "(Play 0):", "  play   0. ", "(Play 0", "PLAY 0)", "Play 0!!"):
+        check = episode.check(f"<answer>{answer}</answer>")
+        assert (check.legal, check.move, check.reason) == (True, "(Play 0)", "ok"), answer
+    for answer in ("Discard 0", "Play", "Play 0 or Play 1", "(Play 0)(Play 1)", "0", "Play 00", "Play 0 now"):
+        check = episode.check(f"<answer>{answer}</answer>")
+        assert not check.legal and check.reason == "illegal_move", answer
+    task = adapter.make_task(case, 3, 3)
+    scored = adapter.score(case, task.state, f"<answer>{task.legal_moves[0].strip('()').lower()}</answer>")
+    exact = adapter.score(case, task.state, f"<answer>{task.legal_moves[0]}</answer>")
+    assert scored.valid and scored == exact
+
+
+def test_moves_outside_parentheses_stay_exact():
+    """Letter case names another move in chess (`Bxc3` is not `bxc3`), so only moves written in parentheses match
+    loosely: kuhn's `Bet` is not `bet`."""
+    adapter = make_env("openspiel", {"cases": ["kuhn_poker"]})
+    episode = adapter.start_episode("kuhn_poker", 0, 0)
+    while episode.current_player() != 0:  # the deal
+        episode.play_random()
+    assert episode.check("<answer>Bet</answer>").legal
+    for answer in ("bet", "Bet.", "(Bet)"):
+        assert not episode.check(f"<answer>{answer}</answer>").legal, answer
+
+
 # ------------------------------------------------------------------------------------------ cases
 def test_game_types_name_the_small_cases(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("GAME_TYPES", "kuhn_poker,leduc_poker,holdem_small,hanabi_small")

@@ -28,7 +28,7 @@ from .episode import MoveCheck, Opponent, UtilityRange
 from .exact_values import exact_move_values, exact_problem
 from .game_settings import GameSettings
 from .openspiel_episode import OpenSpielEpisode
-from .openspiel_rules import legal_move_actions, load_game, normalised_return
+from .openspiel_rules import legal_move_actions, load_game, match_move, normalised_return
 
 
 DEFAULT_CASES: tuple[str, ...] = (
@@ -433,9 +433,10 @@ class OpenSpielAdapter:
         parsed = self._parse(response)
         if parsed.text is None:
             return MoveCheck(None, False, parsed.reason)
-        if parsed.text not in moves:
+        move = match_move(moves, parsed.text)
+        if move is None:
             return MoveCheck(parsed.text, False, "illegal_move")
-        return MoveCheck(parsed.text, True, "ok")
+        return MoveCheck(move, True, "ok")
 
     def move_actions(self, case: str, state: str) -> dict[str, int]:
         """Every legal move of a single-move position as written in the prompt, with its OpenSpiel action
@@ -467,12 +468,12 @@ class OpenSpielAdapter:
         if parsed.text is None:
             return ScoreResult(0.0, False, False, 0.0, None, parsed.reason)
         position = self._position(case, state)
-        action = position.moves.get(parsed.text)
-        if action is None:
+        move = match_move(position.moves, parsed.text)
+        if move is None:
             return ScoreResult(cfg.format_weight, True, False, 0.0, parsed.text, "illegal_move")
-        task_score = self.task_scores(case, state)[action]
+        task_score = self.task_scores(case, state)[position.moves[move]]
         total = cfg.format_weight + (1.0 - cfg.format_weight) * task_score
-        return ScoreResult(total, True, True, task_score, parsed.text, "ok")
+        return ScoreResult(total, True, True, task_score, move, "ok")
 
     # ----------------------------------------------------------------- per-move tables computed ahead
     def _values_settings(self) -> str:
