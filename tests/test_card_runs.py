@@ -31,7 +31,7 @@ from test_train_scripts import overrides_of
 REPO = Path(__file__).resolve().parents[1]
 RUNS = REPO / "bench" / "learning" / "runs"
 BASE = RUNS / "smollm2-cards-base.env"
-CARD_RUNS = ("kuhn", "kuhn-grpo60", "leduc", "hanabi")
+CARD_RUNS = ("kuhn", "kuhn-grpo60", "kuhn-kl05", "leduc", "leduc-kl05", "hanabi")
 
 
 def recipe_environ(model: str) -> dict[str, str]:
@@ -131,7 +131,8 @@ def test_each_card_run_composes_and_its_eval_measures_the_targets(tmp_path, run)
     spiel = env["openspiel"]
     assert spiel["task_mode"] == "game" and spiel["reward_mode"] == "legal"
     actor = cfg.actor_rollout_ref.actor
-    assert actor.use_kl_loss and actor.kl_loss_coef == 0.05 and actor.kl_loss_type == "low_var_kl"
+    assert actor.use_kl_loss and actor.kl_loss_type == "low_var_kl"
+    assert actor.kl_loss_coef == (0.5 if run.endswith("-kl05") else 0.05)  # the strong anchor of the tabular model
     mixture = EnvMixture(env, where="data.env")  # the opponent mixture and the cases as the workers build them
     assert len(mixture.adapters["openspiel"].cases()) == 1
 
