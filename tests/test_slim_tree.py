@@ -32,6 +32,7 @@ def repo(tmp_path: Path) -> Path:
     (root / "docs/guide.md").write_text("guide\n")
     (root / "bench/device").mkdir(parents=True)
     shutil.copy(SCRIPT, root / "bench/device/slim_tree.sh")
+    shutil.copy(SCRIPT.parent / "code_commit.sh", root / "bench/device/code_commit.sh")
     git(root, "init", "-q")
     git(root, "config", "user.email", "t@example.com")
     git(root, "config", "user.name", "t")
@@ -52,7 +53,14 @@ def test_on_leaves_the_evidence_out_of_the_carried_tree_and_off_restores_the_ind
 
     done = slim(repo, "on")
     assert done.returncode == 0, done.stderr
-    assert carried(repo) == before - {"docs/runs/2026-01-01-x/README.md"}
+    # the copy the lent machine gets names its commit (it has no .git there)
+    assert carried(repo) == before - {"docs/runs/2026-01-01-x/README.md"} | {"bench/device/CARRIED_COMMIT"}
+    head = git(repo, "rev-parse", "--short", "HEAD").stdout.strip()
+    assert (repo / "bench/device/CARRIED_COMMIT").read_text().strip() == head
+    copy = repo.parent / "copy"
+    shutil.copytree(repo, copy, ignore=shutil.ignore_patterns(".git"))
+    assert subprocess.run(["bash", str(copy / "bench/device/code_commit.sh")], capture_output=True, text=True,
+                          check=True).stdout.strip() == head
     assert (repo / "docs/runs/2026-01-01-x/README.md").read_text() == "evidence\n"  # the file stays on disk
     assert slim(repo, "status").stdout.strip() == "on: docs/runs"
 
@@ -111,3 +119,12 @@ def test_nothing_the_lent_machine_runs_reads_docs_runs():
             if "docs/runs" in line and opens.search(line):
                 offending.append(f"{module.relative_to(REPO)}:{number}: {line.strip()}")
     assert offending == []
+
+
+def test_code_commit_marks_a_changed_checkout_dirty(repo):
+    script = repo / "bench/device/code_commit.sh"
+    head = git(repo, "rev-parse", "--short", "HEAD").stdout.strip()
+    run = lambda: subprocess.run(["bash", str(script)], capture_output=True, text=True, check=True).stdout.strip()  # noqa: E731
+    assert run() == head
+    (repo / "docs/guide.md").write_text("changed\n")
+    assert run() == f"{head}-dirty"

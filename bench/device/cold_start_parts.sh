@@ -34,7 +34,7 @@ pack() {
   [[ -f "$src/config.json" ]] || { echo "pack: $src has no config.json (not a Hugging Face model folder)" >&2; exit 2; }
   stage="$(mktemp -d)"
   cp -al "$src" "$stage/sft_hf" 2>/dev/null || cp -a "$src" "$stage/sft_hf"
-  commit="$(git -C "$(dirname "${BASH_SOURCE[0]}")" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+  commit="$(bash "$(dirname "${BASH_SOURCE[0]}")/code_commit.sh")"
   {
     echo "base_env=$(basename "$base_env")"
     echo "commit=$commit"

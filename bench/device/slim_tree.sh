@@ -4,7 +4,8 @@
 #   bash bench/device/slim_tree.sh on    # before the carry calls: docs/runs/ leaves the index (files stay on disk)
 #   bash bench/device/slim_tree.sh off   # right after them: the index is HEAD's again, nothing to commit
 #   bash bench/device/slim_tree.sh status
-# `on` untracks docs/runs/ (`git rm -r --cached`) and ignores it through .git/info/exclude; no file is touched.
+# `on` untracks docs/runs/ (`git rm -r --cached`) and ignores it through .git/info/exclude; no file is touched; it
+# writes bench/device/CARRIED_COMMIT (the commit the copy runs, for provenance there), which `off` removes.
 # While it is on, a commit would delete the evidence from main: a pre-commit hook in .git/hooks refuses every
 # commit until `off`. No script the lent machine runs reads docs/runs/ (tests/test_slim_tree.py checks that).
 # Measured 2026-11-27: the tree as a tar counts it went 52 -> 3.2 MiB, the chunks 17 -> 56 MiB, the carry calls 34 -> 10
@@ -40,6 +41,8 @@ case "${1:-}" in
     for p in "${paths[@]}"; do
       [[ -n "$(git ls-files -- "$p" | head -1)" ]] || { echo "slim_tree: nothing tracked under $p" >&2; exit 1; }
     done
+    # the copy the lent machine gets has no .git: this names its code (bench/device/code_commit.sh reads it there)
+    bash bench/device/code_commit.sh > bench/device/CARRIED_COMMIT
     mkdir -p "$(dirname "$hook")" "$(dirname "$exclude")"
     printf '%s\n' "$hook_text" > "$hook" && chmod +x "$hook"
     echo "${paths[*]}" > "$marker"
@@ -56,7 +59,7 @@ case "${1:-}" in
     read -r -a paths < "$marker"
     git reset -q -- "${paths[@]}"
     if [[ -f "$exclude" ]]; then sed -i '/^# slim_tree begin$/,/^# slim_tree end$/d' "$exclude"; fi
-    rm -f "$marker"
+    rm -f "$marker" bench/device/CARRIED_COMMIT
     echo "slim_tree: off (${paths[*]} tracked again)"
     ;;
   status)
