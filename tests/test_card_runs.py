@@ -31,7 +31,7 @@ from test_train_scripts import overrides_of
 REPO = Path(__file__).resolve().parents[1]
 RUNS = REPO / "bench" / "learning" / "runs"
 BASE = RUNS / "smollm2-cards-base.env"
-CARD_RUNS = ("kuhn", "kuhn-grpo60", "kuhn-kl05", "kuhn-kl05-seed1", "leduc", "leduc-kl05", "hanabi", "hanabi-grpo30")
+CARD_RUNS = ("kuhn", "kuhn-grpo60", "kuhn-kl05", "kuhn-kl05-seed1", "leduc", "leduc-kl05", "hanabi", "hanabi-grpo20")
 
 
 def recipe_environ(model: str) -> dict[str, str]:
@@ -143,8 +143,8 @@ def test_each_card_run_composes_and_its_eval_measures_the_targets(tmp_path, run)
     assert actor.kl_loss_coef == (0.5 if "-kl05" in run else 0.05)  # the strong anchor of the tabular model
     # a second seed draws other training deals; a longer run only trains longer
     assert spiel["seed"] == (1 if run.endswith("-seed1") else 0)
-    assert cfg.trainer.total_training_steps == {"hanabi": 10, "hanabi-grpo30": 30, "leduc": 20, "leduc-kl05": 20,
-                                                "kuhn": 30}.get(run, 60)
+    assert cfg.trainer.total_training_steps == {"hanabi": 10, "hanabi-grpo20": 20, "leduc": 20, "leduc-kl05": 20,
+                                                "kuhn": 30, "kuhn-grpo60": 60}.get(run, 40)
     mixture = EnvMixture(env, where="data.env")  # the opponent mixture and the cases as the workers build them
     assert len(mixture.adapters["openspiel"].cases()) == 1
 
