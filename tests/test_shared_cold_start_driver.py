@@ -104,6 +104,7 @@ def test_one_run_after_another_packs_after_every_stage(tmp_path):
         assert f"{name}/eval/results.md" in names and f"{name}/logs/grpo-1.metrics.jsonl" in names
         assert f"{name}/sft_hf/config.json" not in names  # weights and models stay behind
     assert "all runs ended" in done.stdout
+    assert (tmp_path / "root" / "ALL_RUNS_ENDED").read_text().startswith("20")  # the watch calls' stop signal
 
 
 def test_a_failed_stage_still_leaves_the_grpo_logs_packed(tmp_path):
@@ -284,6 +285,58 @@ def test_collect_out_packs_every_run_as_it_stands_without_weights_one_archive_ea
     assert names == ["run-a", "run-a/logs", "run-a/logs/x.metrics.jsonl", "run-a/run.log"]  # no grpo/, no sft_hf/
     with tarfile.open(out / "games-base.tgz") as archive:
         assert "driver.log" in archive.getnames() and "base/logs/x.metrics.jsonl" in archive.getnames()
+
+
+def _watched_root(root: Path, runs: dict[str, tuple[list[str], str]]) -> Path:
+    """A driver's ROOT as the watch calls find it: per run its finished stages and its GRPO log's text."""
+    (root / "code").mkdir(parents=True)
+    for run, (stages, log) in runs.items():
+        (root / run / "logs").mkdir(parents=True)
+        (root / run / "run.log").write_text("recipe: stage grpo\n")
+        (root / run / "logs" / "grpo-20261128-024432.log").write_text(log)
+        for stage in stages:
+            (root / run / f"{stage}.done").write_text("1.0 s\n")
+    return root
+
+
+def _collect_until(out: Path, seconds: int | str, *roots: Path, before: str = "") -> subprocess.CompletedProcess:
+    script = (f"{before}source bench/device/lent_gpu_env.sh && COLLECT_EVERY_S=1 collect_until {out} {seconds} "
+              + " ".join(str(r) for r in roots))
+    return subprocess.run(["bash", "-c", script], capture_output=True, text=True, cwd=REPO, timeout=60)
+
+
+def test_collect_until_packs_and_reports_each_run_and_returns_once_every_driver_has_ended(tmp_path):
+    """bench/device/lent_gpu_env.sh collect_until: the watch calls of a session's one batch of tool calls. Every
+    run is packed as collect_out packs it, each run's progress is one line, and the call returns as soon as every
+    driver has written ROOT/ALL_RUNS_ENDED (a later watch call of the batch then returns at once)."""
+    bar = "Training Progress:  43%|####3     | 26/60 [04:12<05:30,  9.90s/it]"
+    pk = _watched_root(tmp_path / "pk", {"base": (["model", "export"], ""),
+                                         "kuhn": (["model", "export", "grpo"], f"x\r{bar}\rINFO done\n")})
+    hk = _watched_root(tmp_path / "hk", {"leduc": ([], "starting\n")})
+    (pk / "ALL_RUNS_ENDED").write_text("2026-11-28T03:00:00Z\n")
+    (hk / "ALL_RUNS_ENDED").write_text("2026-11-28T03:00:00Z\n")
+    out = tmp_path / "out"
+    done = _collect_until(out, 600, pk, hk)
+    assert done.returncode == 0, done.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["hk-leduc.tgz", "pk-base.tgz", "pk-kuhn.tgz"]
+    lines = done.stdout.splitlines()
+    assert f"pk/kuhn: done [export grpo model] {bar}" in lines
+    assert "hk/leduc: done [] " in lines
+    assert lines[-1] == f"collect_until: every driver has ended ({pk} {hk})"
+
+
+def test_collect_until_stops_at_its_deadline_or_when_the_last_driver_ends(tmp_path):
+    pk = _watched_root(tmp_path / "pk", {"kuhn": (["grpo"], "")})
+    out = tmp_path / "out"
+    deadline = _collect_until(out, 2, pk)  # no driver has ended: it collects until the deadline, then reports
+    assert deadline.returncode == 0, deadline.stderr
+    assert "pk/kuhn: done [grpo] " in deadline.stdout and "every driver has ended" not in deadline.stdout
+    assert (out / "pk-kuhn.tgz").is_file()
+    # the driver ends 2 s into a call that may wait 50: the call returns within a collect of it
+    ending = _collect_until(out, 50, pk, before=f"(sleep 2; date > {pk}/ALL_RUNS_ENDED) & ")
+    assert ending.returncode == 0 and "every driver has ended" in ending.stdout
+    bad = _collect_until(out, "ten", pk)
+    assert bad.returncode == 2 and "SECONDS must be a whole number, got 'ten'" in bad.stderr
 
 
 def _carried_cold_start(tmp_path: Path, base_env: str) -> Path:

@@ -93,6 +93,44 @@ collect_out() {
   done
 }
 
+# The watch calls of a lent-GPU session, sent in the same batch of tool calls as the carry and the launch (a
+# machine left idle ~30 s between two calls goes back with the runs: docs/runs/2026-11-28-h100x4-cards-lost/):
+# collect_out every 10 s until every ROOT's driver has ended (ROOT/ALL_RUNS_ENDED, bench/learning/
+# gpu_shared_cold_start.sh) or SECONDS have passed, then one line per run (run_progress):
+#   collect_until "$OUT" 580 /tmp/pk /tmp/hk
+# Later watch calls of the batch return at once once the runs have ended, and the machine goes back.
+collect_until() {
+  local out="$1" seconds="$2" start="$SECONDS" root ended
+  shift 2
+  [[ "$seconds" =~ ^[0-9]+$ ]] || { echo "collect_until: SECONDS must be a whole number, got '$seconds'" >&2; return 2; }
+  while :; do
+    collect_out "$out" "$@" 2> /dev/null
+    ended=1
+    for root in "$@"; do [[ -f "$root/ALL_RUNS_ENDED" ]] || ended=0; done
+    (( ended || SECONDS - start >= seconds )) && break
+    sleep "${COLLECT_EVERY_S:-10}"
+  done
+  run_progress "$@"
+  (( ended )) && echo "collect_until: every driver has ended ($*)"
+  return 0
+}
+
+# One line per run folder under each ROOT: its finished stages (*.done) and its GRPO log's last progress bar.
+run_progress() {
+  local root dir name log bar done_stages
+  for root in "$@"; do
+    for dir in "$root"/*/; do
+      name="$(basename "$dir")"
+      [[ "$name" == code || "$name" == out || ! -f "$dir/run.log" ]] && continue
+      done_stages="$(cd "$dir" && compgen -G '*.done' | sed 's/\.done$//' | sort | paste -s -d ' ' -)"
+      log="$(compgen -G "$dir/logs/grpo-*.log" | sort | tail -n 1)"
+      bar=""
+      [[ -n "$log" ]] && bar="$(tail -c 4000 "$log" | tr '\r' '\n' | grep -a -o 'Training Progress: *[0-9]*%[^]]*]' | tail -n 1)"
+      echo "$(basename "$root")/$name: done [${done_stages}] ${bar}"
+    done
+  done
+}
+
 # Copy the checkout (without wheels, outputs, venv and git) into DIR, replacing what was there: a detached job
 # runs from the copy, which later calls that refresh the working tree cannot change under it.
 copy_checkout() {

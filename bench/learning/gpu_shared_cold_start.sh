@@ -261,3 +261,5 @@ for spec in "$@"; do
   pack "$name"
 done
 echo "all runs ended"
+# the watch calls' signal to stop (bench/device/lent_gpu_env.sh collect_until)
+date -u +%Y-%m-%dT%H:%M:%SZ > "$ROOT/ALL_RUNS_ENDED"
