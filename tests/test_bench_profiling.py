@@ -7,6 +7,7 @@ import gzip
 import json
 import sys
 
+import pytest
 import torch
 
 from bench_scripts import load_bench_script
@@ -109,6 +110,7 @@ def test_actor_update_bench_runs_each_variant_on_cpu(tmp_path, monkeypatch):
     assert "Name" in (tmp_path / "profile.txt").read_text()
 
 
+@pytest.mark.slow
 def test_actor_update_bench_compiled_variant_reports_its_compilation(tmp_path, monkeypatch):
     # aot_eager: the compiled layers' graphs run op by op, no code generation (inductor is the GPU runs' backend)
     from gloo_rank import free_port

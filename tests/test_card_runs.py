@@ -115,6 +115,7 @@ def test_the_base_export_holds_whole_random_games_beside_single_moves(base_expor
     assert sum(len(r["messages"]) >= 8 for r in hanabi) > len(hanabi) / 2  # most games: 4 replies or more
 
 
+@pytest.mark.slow
 def test_every_base_row_fits_the_sft_max_length_in_smollm2_tokens(base_export, smollm2_dir):
     """verl's SFT refuses a row longer than data.max_length (truncation: error). Measured: hanabi_small game rows
     average ~2,700 tokens, up to ~4,300 (92 % above the SFT script's 1,536, a few above the recipe's 4,096)."""

@@ -71,6 +71,7 @@ ENGINE_COMPARE = "SCRIPT_ENV = {'ACTOR_COMPILE': 'layers'}\n" + SMOKE_LORA_ACTOR
 """)
 
 
+@pytest.mark.slow
 def test_compiled_layers_in_verls_update_match_eager_with_either_backend():
     # one child for both backends: verl's set-up and eager reference (~13 s) are paid once
     lines = printed_lines(run_on_one_rank("import os\nos.environ['VERL_USE_EXTERNAL_MODULES'] = "
@@ -99,6 +100,7 @@ def test_compiled_layers_in_verls_update_match_eager_with_either_backend():
     assert float(lines["inductor:LOGPROB_DIFF"][0]) < 0.05
 
 
+@pytest.mark.slow
 def test_all_layers_share_one_compilation():
     # ten layers under a limit of two cache entries per code object: a compilation per layer would hit the limit,
     # which raises here instead of falling back to eager. dynamo's own config.patch restores the limits after

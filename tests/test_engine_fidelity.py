@@ -60,6 +60,7 @@ def test_the_tactician_takes_a_win_and_blocks_a_threat():
                                               random.Random(seed)) == 7 for seed in range(5))
 
 
+@pytest.mark.slow
 def test_exact_counts_the_reward_moves_that_lose_against_best_play(tmp_path):
     out = tmp_path / "exact.json"
     assert engine_fidelity.main(["--case", "tic_tac_toe", "--positions", "300", "--simulations", "300", "--exact",

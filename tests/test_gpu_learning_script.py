@@ -7,6 +7,8 @@ import os
 import subprocess
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "bench" / "learning" / "gpu_learning.sh"
 
@@ -92,6 +94,7 @@ def test_wait_detached_without_a_job_says_so(tmp_path):
     assert result.returncode == 2 and "nothing was detached" in result.stderr
 
 
+@pytest.mark.slow
 def test_queue_starts_when_the_running_job_ends_and_stop_cancels_it(tmp_path):
     lock, out = str(tmp_path / "lock"), str(tmp_path / "out")
     parts = tmp_path / "parts"

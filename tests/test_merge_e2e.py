@@ -163,6 +163,7 @@ def test_same_weights_as_verls_model_merger(ckpts, tmp_path):
     assert all(torch.equal(theirs[k], mine[k]) for k in theirs)
 
 
+@pytest.mark.slow
 def test_hsdp_checkpoint_reads_one_replica(hsdp_ckpt, tmp_path, capsys):
     out = tmp_path / "model"
     assert run("inspect", hsdp_ckpt["exp"]) == 0

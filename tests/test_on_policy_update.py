@@ -37,6 +37,7 @@ def run_child(script: str, *args: str) -> str:
     return done.stdout
 
 
+@pytest.mark.slow
 def test_the_smoke_recipe_needs_no_pass_and_each_reason_for_one_is_named():
     assert on_policy_update.pass_needed(compose("ppo_trainer", smoke_overrides()), 64) == ""
     reasons = {
@@ -119,6 +120,7 @@ ENGINE_STEP = ('import os\nos.environ["VERL_USE_EXTERNAL_MODULES"] = "verl_ext.p
 """))
 
 
+@pytest.mark.slow
 def test_the_update_from_its_own_forward_has_verls_gradient_after_the_pass():
     lines = dict(parts for line in run_child(ENGINE_STEP, *smoke_overrides()).splitlines()
                  if len(parts := line.split(maxsplit=1)) == 2 and parts[0].isupper()
@@ -176,6 +178,7 @@ TRAINER_STEP = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_the_trainer_skips_the_pass_only_for_one_mini_batch_and_marks_that_update():
     out = run_child(TRAINER_STEP, on_policy_update.OLD_FROM_UPDATE, *smoke_overrides())
     steps = [line.split()[1:] for line in out.splitlines() if line.startswith("STEP ")]
@@ -190,6 +193,7 @@ def test_the_trainer_skips_the_pass_only_for_one_mini_batch_and_marks_that_updat
                        f"{on_policy_update.SKIP_MARK} (one mini-batch, one epoch)"]  # printed when it changes
 
 
+@pytest.mark.slow
 def test_with_lora_and_kl_the_first_step_keeps_the_pass_so_the_reference_pass_is_not_the_first_forward():
     out = run_child(TRAINER_STEP, on_policy_update.OLD_FROM_UPDATE, *smoke_overrides(KL_LOSS_COEF="0.01"))
     steps = [line.split()[1:] for line in out.splitlines() if line.startswith("STEP ")]

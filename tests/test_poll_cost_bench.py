@@ -35,6 +35,7 @@ def test_bad_sizes_are_refused_by_name():
         poll_cost_bench.parse_args(["--looks", "0"])
 
 
+@pytest.mark.slow
 def test_the_bench_times_kv_list_on_a_real_transfer_queue(tmp_path):
     out = tmp_path / "poll.json"
     done = subprocess.run([sys.executable, str(REPO / "bench/micro/poll_cost_bench.py"), "--prompts", "3", "--samples", "2",

@@ -27,6 +27,7 @@ def sweep_dry_run(*args: str, **env: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, env=environ, cwd=REPO)
 
 
+@pytest.mark.slow
 def test_every_setting_composes_and_passes_preflight():
     done = sweep_dry_run()
     assert done.returncode == 0, done.stderr

@@ -295,6 +295,7 @@ def test_machine_facts_count_the_sites_bytecode_and_time_an_import(tmp_path):
     assert "cores: " in facts["cpu"] and facts["memory"].endswith(" GiB")
 
 
+@pytest.mark.slow
 def test_next_session_plans_runs_compose_and_pass_preflight():
     # the plans meant for the next GPU session: every run of ours is a valid verl config before device time is spent
     labels = set()

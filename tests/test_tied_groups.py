@@ -88,6 +88,7 @@ def test_tied_rows_counts_groups_of_two_or_more_with_equal_sums():
     assert tied_groups.tied_rows(torch.tensor([]), np.array([], dtype=object)).tolist() == []
 
 
+@pytest.mark.slow
 def test_verl_applies_it_when_the_variable_names_it_and_not_otherwise():
     script = textwrap.dedent("""
         import json

@@ -101,6 +101,7 @@ WITH_COMPILED_LAYERS = ("import os\nos.environ['VERL_USE_EXTERNAL_MODULES'] = "
                         "os.environ['VERL_EXT_COMPILE_BACKEND'] = 'aot_eager'\n")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("setup", [ENV_SETUP, WITH_COMPILED_LAYERS], ids=["plain", "plain_compiled"])
 def test_plain_actor_computes_what_fsdp2_computes(setup):
     script = setup + ENGINE_COMPARE + textwrap.dedent("""
