@@ -13,24 +13,6 @@ import pytest
 from verl_ext.tiny_model import build_tokenizer
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Run the modules that hold a test marked slow first, each module's tests kept together and in order.
-
-    pytest-xdist (`make test` runs two workers) hands the first quarter of the tests out in turn and the rest as
-    workers free up: long tests started late leave one worker alone at the end, short ones fill the gaps. Whole
-    modules move, so their module-scoped fixtures are still made once per worker.
-    """
-    slow_modules = {item.module.__name__ for item in items
-                    if item.get_closest_marker("slow") is not None and getattr(item, "module", None) is not None}
-    order = {id(item): index for index, item in enumerate(items)}
-
-    def key(item: pytest.Item) -> tuple[int, int]:
-        module = getattr(item, "module", None)
-        return (0 if module is not None and module.__name__ in slow_modules else 1, order[id(item)])
-
-    items.sort(key=key)
-
-
 @pytest.fixture(scope="session")
 def tokenizer_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from verl_ext.mixture import EnvMixture
