@@ -300,7 +300,8 @@ def _watched_root(root: Path, runs: dict[str, tuple[list[str], str]]) -> Path:
 
 
 def _collect_until(out: Path, seconds: int | str, *roots: Path, before: str = "") -> subprocess.CompletedProcess:
-    script = (f"{before}source bench/device/lent_gpu_env.sh && COLLECT_EVERY_S=1 collect_until {out} {seconds} "
+    # as strict as a caller may be: a run with no stage done and no log yet is no error
+    script = (f"set -euo pipefail; {before}source bench/device/lent_gpu_env.sh && COLLECT_EVERY_S=1 collect_until {out} {seconds} "
               + " ".join(str(r) for r in roots))
     return subprocess.run(["bash", "-c", script], capture_output=True, text=True, cwd=REPO, timeout=60)
 
@@ -362,8 +363,11 @@ def test_a_carried_cold_start_skips_the_sft_and_hf_stages(tmp_path):
 
 def test_a_cold_start_made_by_another_base_file_is_refused_before_any_stage(tmp_path):
     carried = _carried_cold_start(tmp_path, "smollm2-columns-base.env")
+    (tmp_path / "root").mkdir()
+    (tmp_path / "root" / "ALL_RUNS_ENDED").write_text("an earlier driver's\n")
     done, calls = _drive(tmp_path, gpus=1, COLD_START_FROM=str(carried))
     assert done.returncode == 2 and calls == []
+    assert not (tmp_path / "root" / "ALL_RUNS_ENDED").exists()  # watch calls must not stop on an earlier driver's
     assert "made by base file 'smollm2-columns-base.env', but this driver's base file is 'base.env'" in done.stderr
 
 

@@ -111,8 +111,7 @@ collect_until() {
     sleep "${COLLECT_EVERY_S:-10}"
   done
   run_progress "$@"
-  (( ended )) && echo "collect_until: every driver has ended ($*)"
-  return 0
+  if (( ended )); then echo "collect_until: every driver has ended ($*)"; fi
 }
 
 # One line per run folder under each ROOT: its finished stages (*.done) and its GRPO log's last progress bar.
@@ -122,10 +121,13 @@ run_progress() {
     for dir in "$root"/*/; do
       name="$(basename "$dir")"
       [[ "$name" == code || "$name" == out || ! -f "$dir/run.log" ]] && continue
-      done_stages="$(cd "$dir" && compgen -G '*.done' | sed 's/\.done$//' | sort | paste -s -d ' ' -)"
-      log="$(compgen -G "$dir/logs/grpo-*.log" | sort | tail -n 1)"
+      # `|| true`: no match is an answer here, also in a caller's `set -e -o pipefail`
+      done_stages="$( (cd "$dir" && compgen -G '*.done' || true) | sed 's/\.done$//' | sort | paste -s -d ' ' -)"
+      log="$( (compgen -G "$dir/logs/grpo-*.log" || true) | sort | tail -n 1)"
       bar=""
-      [[ -n "$log" ]] && bar="$(tail -c 4000 "$log" | tr '\r' '\n' | grep -a -o 'Training Progress: *[0-9]*%[^]]*]' | tail -n 1)"
+      if [[ -n "$log" ]]; then
+        bar="$(tail -c 4000 "$log" | tr '\r' '\n' | { grep -a -o 'Training Progress: *[0-9]*%[^]]*]' || true; } | tail -n 1)"
+      fi
       echo "$(basename "$root")/$name: done [${done_stages}] ${bar}"
     done
   done

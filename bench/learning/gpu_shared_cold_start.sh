@@ -33,6 +33,7 @@ source bench/device/lent_gpu_env.sh
 (( $# >= 2 )) || { echo "usage: $0 BASE.env RUN.env [RUN.env ...]" >&2; exit 2; }
 export MODEL=smollm2 MODEL_WHEEL
 mkdir -p "$ROOT" "$OUT"
+rm -f "$ROOT/ALL_RUNS_ENDED"  # an earlier driver's: the watch calls wait for this one's (collect_until)
 echo "code: commit $(bash bench/device/code_commit.sh)" | tee "$ROOT/CODE_COMMIT"
 for spec in "$@"; do [[ -f "$spec" ]] || { echo "no such run file: $spec" >&2; exit 2; }; done
 base_spec="$1"
