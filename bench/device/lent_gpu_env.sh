@@ -66,6 +66,17 @@ pack_run_dir() {
   tar_run "$root" "$name" "$out/$name.tgz"
 }
 
+# The run folders under a driver's ROOT, one per line (ROOT/NAME/): those with logs/ or run.log, not the copied
+# checkout (code) or the driver's own packs (out). Run folder names hold no spaces (run file names).
+run_dirs() {
+  local dir name
+  for dir in "$1"/*/; do
+    name="$(basename "$dir")"
+    [[ "$name" == code || "$name" == out ]] && continue
+    if [[ -d "$dir/logs" || -f "$dir/run.log" ]]; then echo "$dir"; fi
+  done
+}
+
 # For the last call of a lent-GPU session: every run folder under each ROOT as it stands, into OUT/<root>-<name>.tgz
 # (the cold start's with the driver's logs, ROOT/*.log), each archive whole: collect_out OUT ROOT... . The driver
 # packs a run only when a stage ends; a GRPO stage still running is packed here. Repeated every few seconds until
@@ -80,10 +91,8 @@ collect_out() {
   for root in "$@"; do
     [[ -d "$root" ]] || { echo "collect_out: no $root" >&2; continue; }
     tag="$(basename "$root")"
-    for dir in "$root"/*/; do
+    for dir in $(run_dirs "$root"); do
       name="$(basename "$dir")"
-      [[ "$name" == code || "$name" == out ]] && continue
-      [[ -d "$dir/logs" || -f "$dir/run.log" ]] || continue
       logs=()
       if [[ "$name" == base ]]; then
         mapfile -t logs < <(cd "$root" && compgen -G '*.log')
@@ -118,9 +127,8 @@ collect_until() {
 run_progress() {
   local root dir name log bar done_stages
   for root in "$@"; do
-    for dir in "$root"/*/; do
+    for dir in $(run_dirs "$root"); do
       name="$(basename "$dir")"
-      [[ "$name" == code || "$name" == out || ! -f "$dir/run.log" ]] && continue
       # `|| true`: no match is an answer here, also in a caller's `set -e -o pipefail`
       done_stages="$( (cd "$dir" && compgen -G '*.done' || true) | sed 's/\.done$//' | sort | paste -s -d ' ' -)"
       log="$( (compgen -G "$dir/logs/grpo-*.log" || true) | sort | tail -n 1)"
