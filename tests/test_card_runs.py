@@ -31,7 +31,8 @@ from test_train_scripts import overrides_of
 REPO = Path(__file__).resolve().parents[1]
 RUNS = REPO / "bench" / "learning" / "runs"
 BASE = RUNS / "smollm2-cards-base.env"
-CARD_RUNS = ("kuhn", "kuhn-grpo60", "kuhn-kl05", "kuhn-kl05-seed1", "leduc", "leduc-kl05", "hanabi", "hanabi-grpo20")
+CARD_RUNS = ("kuhn", "kuhn-grpo60", "kuhn-kl05", "kuhn-kl05-seed1", "leduc", "leduc-kl05", "leduc-kl05-grpo40",
+             "leduc-kl05-grpo40-seed1", "leduc-kl02-grpo40", "hanabi", "hanabi-grpo20", "hanabi-grpo40")
 
 
 def recipe_environ(model: str) -> dict[str, str]:
@@ -141,11 +142,14 @@ def test_each_card_run_composes_and_its_eval_measures_the_targets(tmp_path, run)
     assert spiel["task_mode"] == "game" and spiel["reward_mode"] == "legal"
     actor = cfg.actor_rollout_ref.actor
     assert actor.use_kl_loss and actor.kl_loss_type == "low_var_kl"
-    assert actor.kl_loss_coef == (0.5 if "-kl05" in run else 0.05)  # the strong anchor of the tabular model
+    # the strong anchor of the tabular model, and one between it and the runs' first 0.05
+    assert actor.kl_loss_coef == (0.5 if "-kl05" in run else 0.2 if "-kl02" in run else 0.05)
     # a second seed draws other training deals; a longer run only trains longer
     assert spiel["seed"] == (1 if run.endswith("-seed1") else 0)
     assert cfg.trainer.total_training_steps == {"hanabi": 10, "hanabi-grpo20": 20, "leduc": 20, "leduc-kl05": 20,
                                                 "kuhn": 30, "kuhn-grpo60": 60}.get(run, 40)
+    if run.startswith("hanabi"):  # validation games every 10 steps in the longer runs, every 5 in the 10-step one
+        assert cfg.trainer.test_freq == (5 if run == "hanabi" else 10)
     mixture = EnvMixture(env, where="data.env")  # the opponent mixture and the cases as the workers build them
     assert len(mixture.adapters["openspiel"].cases()) == 1
 

@@ -5,7 +5,15 @@
         --keys collapse/answer_entropy,signal/group_share --val tic_tac_toe,connect_four
 
 Training metrics are lines (per step); ``--val CASES`` adds one panel per case with verl's greedy held-out
-validation (``val-core/<source>/<case>/reward/mean@1``) as markers. The plotted numbers go to a JSON beside the PNG.
+validation (``val-core/<source>/<case>/reward/mean@1``) as markers. ``--curve NAME=exploitability_curve.json``
+(the recipe's curve stage, ``verl_ext.evaluation.exploitability_curve``; repeat per run) adds one panel per poker
+case with each run's exact exploitability over the GRPO steps and the uniform random policy's as a dashed line:
+
+    python bench/learning/compare_runs.py --out docs/runs/X/kuhn_kl.png \
+        --run "KL 0.5=runs/a/logs/grpo-*.metrics.jsonl" --keys actor/entropy \
+        --curve "KL 0.5=runs/a/plots/exploitability_curve.json" --curve "KL 0.05=runs/b/plots/exploitability_curve.json"
+
+The plotted numbers go to a JSON beside the PNG.
 """
 
 from __future__ import annotations
@@ -35,33 +43,78 @@ def series(metrics: Steps, key: str) -> list[tuple[int, float]]:
 
 
 def val_key(metrics: Steps, case: str) -> str | None:
-    """The validation reward key of ``case`` (whatever its data source)."""
+    """The validation reward key of ``case`` (whatever its data source; the game name alone matches a case with
+    parameters)."""
     for values in metrics.values():
         for key in values:
-            if key.startswith("val-core/") and key.split("/")[2] == case and key.endswith("reward/mean@1"):
+            # a case is named as verl logs it or by its game alone: "hanabi" for "hanabi(colors=2,...)", whose
+            # commas cannot go through the comma list of --val
+            logged = key.split("/")[2] if key.count("/") >= 2 else ""
+            if key.startswith("val-core/") and case in (logged, logged.split("(")[0]) and key.endswith("reward/mean@1"):
                 return key
     return None
+
+
+def read_curve(path: Path) -> dict[str, list[tuple[int, float]]]:
+    """``{case: [(step, exploitability)], case + " uniform random": exploitability}`` of one curve JSON.
+
+    Raises ValueError naming the file when it is not an exploitability curve."""
+    try:
+        curve = json.loads(path.read_text(encoding="utf-8"))
+        cases = curve["cases"]
+        return {case: [(int(p["step"]), float(p["exploitability"])) for p in data["points"]]
+                for case, data in cases.items()}
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise ValueError(f"--curve {path}: not an exploitability_curve.json ({error!r})") from error
+
+
+def uniform_exploitability(path: Path) -> dict[str, float]:
+    """The uniform random policy's exploitability per case of one curve JSON (read_curve checked the file)."""
+    cases = json.loads(path.read_text(encoding="utf-8"))["cases"]
+    return {case: float(data["uniform_random"]["exploitability"]) for case, data in cases.items()
+            if "uniform_random" in data}
+
+
+def parse_named(parser: argparse.ArgumentParser, flag: str, spec: str) -> tuple[str, str]:
+    """NAME and VALUE of a ``NAME=VALUE`` flag value, or a parser error naming the flag."""
+    name, sep, value = spec.partition("=")
+    if not sep or not name or not value:
+        parser.error(f"{flag}: expected NAME=PATH, got {spec!r}")
+    return name, value
 
 
 def main(argv: list[str] | None = None) -> None:
     """Parse the flags, draw the panels, write PNG + JSON."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--run", action="append", required=True, help="NAME=METRICS_GLOB (repeat per run)")
+    parser.add_argument("--run", action="append", default=[], help="NAME=METRICS_GLOB (repeat per run)")
+    parser.add_argument("--curve", action="append", default=[],
+                        help="NAME=exploitability_curve.json (repeat per run): one exploitability panel per case")
     parser.add_argument("--keys", default="collapse/answer_entropy,signal/group_share,collapse/favourite_share")
     parser.add_argument("--val", default="", help="comma list of cases whose held-out validation to plot")
     parser.add_argument("--title", default="")
     parser.add_argument("--out", required=True, type=Path)
     args = parser.parse_args(argv)
+    if not args.run and not args.curve:
+        parser.error("name at least one --run or --curve")
     runs = {}
     for spec in args.run:
-        name, sep, pattern = spec.partition("=")
-        if not sep or not name or not pattern:
-            parser.error(f"--run: expected NAME=METRICS_GLOB, got {spec!r}")
+        name, pattern = parse_named(parser, "--run", spec)
         runs[name] = read_run_metrics(pattern)
-    panels = [(key, key) for key in args.keys.split(",") if key]
-    panels += [(f"held-out {case} (greedy)", case) for case in args.val.split(",") if case]
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.6 * len(panels), 3.8), squeeze=False)
-    plotted: dict[str, dict[str, list]] = {}
+    curves: dict[str, dict[str, list[tuple[int, float]]]] = {}
+    uniform: dict[str, float] = {}
+    for spec in args.curve:
+        name, path = parse_named(parser, "--curve", spec)
+        try:
+            curves[name] = read_curve(Path(path))
+        except ValueError as error:
+            parser.error(str(error))
+        uniform.update(uniform_exploitability(Path(path)))
+    panels = [(key, key) for key in args.keys.split(",") if key] if runs else []
+    panels += [(f"held-out {case} (greedy)", case) for case in args.val.split(",") if case and runs]
+    curve_cases = list(dict.fromkeys(case for curve in curves.values() for case in curve))
+    columns = len(panels) + len(curve_cases)
+    fig, axes = plt.subplots(1, columns, figsize=(4.6 * columns, 3.8), squeeze=False)
+    plotted: dict[str, dict[str, object]] = {}
     for ax, (title, key) in zip(axes[0], panels):
         is_val = key in args.val.split(",")
         for name, metrics in runs.items():
@@ -73,6 +126,22 @@ def main(argv: list[str] | None = None) -> None:
             plotted.setdefault(title, {})[name] = points
         ax.set_title(title, fontsize=10)
         ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    for ax, case in zip(axes[0][len(panels):], curve_cases):
+        title = f"{case} exploitability (exact)"
+        for name, curve in curves.items():
+            points = curve.get(case, [])
+            if points:
+                steps, values = zip(*points)
+                ax.plot(steps, values, marker="o", label=name)
+            plotted.setdefault(title, {})[name] = points
+        if case in uniform:
+            ax.axhline(uniform[case], color="grey", linestyle="--", label=f"uniform random ({uniform[case]:.3f})")
+            plotted[title]["uniform random"] = uniform[case]
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel("GRPO step (0: cold start)")
+        ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     if args.title:
