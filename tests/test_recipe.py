@@ -126,10 +126,11 @@ def test_unknown_stage_and_missing_input_are_named(tmp_path):
 @pytest.mark.slow
 def test_cpu_stages_run_for_real(tmp_path):
     """model -> export -> SFT (verl's trainer on CPU) -> hf (merge-ppo --verify) -> plot, then status and skip."""
-    # SFT_MAX_LENGTH: verl's SFT dataset pads every row to it; the longest row here is 2,139 tokens, and padding
-    # to the default 4,096 made the CPU trainer ~2x slower for the same losses
-    env = dict(RUN_DIR=str(tmp_path), MODEL_SHAPE="tiny", SFT_TASKS_PER_CASE="24", VAL_TASKS_PER_CASE="8",
-               EXPORT_JOBS="2", SFT_EPOCHS="2", SFT_BATCH_SIZE="16", SFT_MAX_LENGTH="2560")
+    # SFT_MAX_LENGTH: verl's SFT dataset pads every row to it, and the CPU trainer's time follows it. tic_tac_toe
+    # alone: its longest whole-game row is 781 tokens (connect_four's reached 2,139 and needed 2,560: 67-88 s of
+    # SFT here against 43 s, and the slowest test of CI on 2 cores)
+    env = dict(RUN_DIR=str(tmp_path), MODEL_SHAPE="tiny", GAME_TYPES="tic_tac_toe", SFT_TASKS_PER_CASE="48",
+               VAL_TASKS_PER_CASE="8", EXPORT_JOBS="2", SFT_EPOCHS="2", SFT_BATCH_SIZE="16", SFT_MAX_LENGTH="1024")
     recipe("model", "export", **env)
     assert (tmp_path / "model" / "config.json").is_file() and (tmp_path / "data" / "sft_train.parquet").is_file()
     rows = pq.read_table(tmp_path / "data" / "sft_train.parquet").to_pylist()
