@@ -282,6 +282,7 @@ ALLOWED = {
     "PARALLEL": "bench/learning/gpu_shared_cold_start.sh: runs at once, their GRPO stages on one GPU or every stage on a GPU each (a bench setting)",
     "PARALLEL_STAGGER_S": "bench/learning/gpu_shared_cold_start.sh: seconds between the parallel runs' starts (a bench setting)",
     "COLLECT_EVERY_S": "bench/device/lent_gpu_env.sh collect_until: seconds between two packs on a lent machine (its tests shorten it)",
+    "COLLECT_ROOT_GRACE_S": "bench/device/lent_gpu_env.sh collect_until: seconds a watched ROOT may take to appear (its tests shorten it)",
     "RECIPE": "bench/learning/gpu_shared_cold_start.sh: the recipe script its stages run (a test swaps in a stand-in)",
     "GPU_OFFSET": "bench/learning/gpu_shared_cold_start.sh: the first GPU a driver uses, two drivers on one machine (a bench setting)",
     "RAY_PORT_BASE": "bench/learning/gpu_shared_cold_start.sh: the runs' Ray ports (base + run slot), clear of an earlier driver's (a bench setting)",

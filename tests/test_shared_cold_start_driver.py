@@ -9,6 +9,7 @@ import stat
 import subprocess
 import sys
 import tarfile
+import time
 from pathlib import Path
 
 import pytest
@@ -338,6 +339,23 @@ def test_collect_until_stops_at_its_deadline_or_when_the_last_driver_ends(tmp_pa
     assert ending.returncode == 0 and "every driver has ended" in ending.stdout
     bad = _collect_until(out, "ten", pk)
     assert bad.returncode == 2 and "SECONDS must be a whole number, got 'ten'" in bad.stderr
+
+
+def test_collect_until_names_a_root_no_driver_made_instead_of_waiting_out_its_seconds(tmp_path):
+    pk = _watched_root(tmp_path / "pk", {"kuhn": (["grpo"], "")})
+    typo = tmp_path / "pkk"
+    out = tmp_path / "out"
+    started = time.monotonic()
+    missing = _collect_until(out, 600, pk, typo, before="export COLLECT_ROOT_GRACE_S=2; ")
+    assert missing.returncode == 2 and time.monotonic() - started < 30
+    assert f"collect_until: no driver folder {typo} after 2 s: a mistyped ROOT?" in missing.stderr
+    assert "pk/kuhn: done [grpo] " in missing.stdout and (out / "pk-kuhn.tgz").is_file()  # the real one still packed
+    # a ROOT that appears within the grace (a driver starting beside the call) is waited for as any other
+    (pk / "ALL_RUNS_ENDED").write_text("now\n")
+    appears = _collect_until(out, 50, pk, tmp_path / "later",
+                             before=f"(sleep 1; mkdir -p {tmp_path}/later; date > {tmp_path}/later/ALL_RUNS_ENDED) & "
+                                    "export COLLECT_ROOT_GRACE_S=20; ")
+    assert appears.returncode == 0 and "every driver has ended" in appears.stdout, appears.stderr
 
 
 def _carried_cold_start(tmp_path: Path, base_env: str) -> Path:

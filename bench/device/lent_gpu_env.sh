@@ -108,12 +108,22 @@ collect_out() {
 # gpu_shared_cold_start.sh) or SECONDS have passed, then one line per run (run_progress):
 #   collect_until "$OUT" 580 /tmp/pk /tmp/hk
 # Later watch calls of the batch return at once once the runs have ended, and the machine goes back.
+# A ROOT that still does not exist after COLLECT_ROOT_GRACE_S (default 60: a driver creates its ROOT as it starts)
+# is a mistyped one: the call says so and returns 2 instead of waiting out SECONDS for a driver that never ends.
 collect_until() {
-  local out="$1" seconds="$2" start="$SECONDS" root ended
+  local out="$1" seconds="$2" start="$SECONDS" root ended missing
   shift 2
   [[ "$seconds" =~ ^[0-9]+$ ]] || { echo "collect_until: SECONDS must be a whole number, got '$seconds'" >&2; return 2; }
   while :; do
     collect_out "$out" "$@" 2> /dev/null
+    missing=()
+    for root in "$@"; do [[ -d "$root" ]] || missing+=("$root"); done
+    if (( ${#missing[@]} && SECONDS - start >= ${COLLECT_ROOT_GRACE_S:-60} )); then
+      echo "collect_until: no driver folder ${missing[*]} after ${COLLECT_ROOT_GRACE_S:-60} s: a mistyped ROOT?" \
+        "(a driver creates its ROOT as it starts; the watched ones: $*)" >&2
+      run_progress "$@" 2> /dev/null
+      return 2
+    fi
     ended=1
     for root in "$@"; do [[ -f "$root/ALL_RUNS_ENDED" ]] || ended=0; done
     (( ended || SECONDS - start >= seconds )) && break
