@@ -173,3 +173,50 @@ def test_played_games_score_as_before(case, game):
             assert trusted == match.record  # the checked record is the played one, field for field
             outcomes.add(match.record.outcome)
     assert len(outcomes) >= 2  # the scripted games end in more than one way
+
+
+def _match(case: str, seat: int, seed: int = 3) -> Match:
+    """A game of ``case`` against the rows' default opponent (the random bot), the policy in ``seat``."""
+    from verl_ext.games.agent_loop import game_setup
+
+    setup = game_setup(_rows(case)[0]["extra_info"])
+    return Match(setup.adapter.start_episode(setup.case, seed, seat), setup.settings.opponent_spec,
+                 MatchRules.from_settings(setup.settings))
+
+
+def _played(case: str, seat: int, replies) -> GameRecord:
+    """The record of one game of ``case`` with the policy in ``seat``, its replies from ``replies(turn)``."""
+    match = _match(case, seat)
+    while (turn := match.next_request()) is not None:
+        match.submit(replies(turn))
+    return match.record
+
+
+def test_the_opening_reply_is_kept_only_where_the_policy_made_the_games_first_decision():
+    """GameRecord.opening_move: the collapse metrics of whole games compare a group's opening replies, which share
+    a position only where no player moved before (the group shares the deal and the seed)."""
+    first = lambda turn: f"<answer>{turn.legal_moves[0]}</answer>"  # noqa: E731
+    assert _played("tic_tac_toe", 0, first).opening_move == _match("tic_tac_toe", 0).next_request().legal_moves[0]
+    assert _played("tic_tac_toe", 1, first).opening_move is None  # the random bot moved first
+    # a rejected opening reply is the empty answer (the collapse metrics' "no answer"), whatever comes after it
+    replies = iter(["no tag at all"])
+    retried = _played("tic_tac_toe", 0, lambda turn: next(replies, None) or first(turn))
+    assert retried.opening_move == "" and retried.rejected == 1 and retried.model_moves >= 1
+    # kuhn: the deal is chance, so the first player's reply still opens a position its group shares
+    assert _played("kuhn_poker", 0, first).opening_move in {"Pass", "Bet"}
+
+
+@pytest.mark.parametrize("value,why", [(7, "not a string"), ("x" * 257, "not a string"), ([], "not a string")])
+def test_an_opening_move_that_is_no_bounded_string_is_refused(caplog, value, why):
+    assert why in _refused(_win(opening_move=value), caplog, "opening_move")
+
+
+def test_an_opening_move_needs_a_model_turn_and_sets_the_answer_id(caplog):
+    from verl_ext.envs.answer import answer_id
+    from verl_ext.reward import NOT_AN_OPENING
+
+    none = dict(model_turns=0, model_moves=0, format_ok=0)
+    assert "no opening reply" in _refused(_win(opening_move="x(1,1)", **none), caplog, "opening_move")
+    assert _score(_win(opening_move="x(1,1)"))["answer_id"] == answer_id("x(1,1)")
+    assert _score(_win(opening_move=""))["answer_id"] == answer_id(None) == 0.0  # a rejected opening: no answer
+    assert _score(_win())["answer_id"] == NOT_AN_OPENING  # another player moved first

@@ -73,6 +73,21 @@ def test_full_games_singletons_and_broken_rewards():
     assert case_name("\x00\n") == "unknown" and len(case_name("x" * 500)) == 48
 
 
+def test_whole_games_count_their_opening_replies_where_the_policy_opened_the_game():
+    from verl_ext.reward import NOT_AN_OPENING
+
+    column3 = answer_id("x3")
+    opened = {"game": 1.0, "answer_id": column3}
+    assert step_signal._answer(opened) == column3
+    assert step_signal._answer({"game": 1.0, "answer_id": NOT_AN_OPENING}) is None  # another player moved first
+    assert step_signal._answer({"game": 1.0, "answer_id": NO_ANSWER_ID}) == NO_ANSWER_ID  # a rejected opening
+    # eight connect_four games of one deal, all opening in column 3: the run-5 collapse, now visible in game mode
+    games = group("g", [1.0, 0.0] * 4, [column3] * 8, case="connect_four") + group("h", [1.0, 0.0], [None, None])
+    metrics = step_metrics(games)
+    assert metrics["collapse/groups"] == 1.0 and metrics["collapse/favourite_share"] == 1.0
+    assert metrics["collapse/favourite_share/connect_four"] == 1.0 and metrics["signal/group_share"] == 1.0
+
+
 def test_answer_ids_are_the_rewards_canonical_answers_and_hostile_replies_are_no_answer():
     assert GROUP_NO_ANSWER_ID == NO_ANSWER_ID == answer_id(None)
     assert answer_id("x(1,1)") == answer_id("x(1,1)") != answer_id("x(1,2)")

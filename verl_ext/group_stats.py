@@ -7,7 +7,9 @@
   equal rewards has zero advantage; a group of one sample has signal when its reward is non-zero, as verl's GRPO
   then uses the reward itself); ``signal/groups``; ``signal/reward_std_in_group`` (mean within-group standard
   deviation); ``signal/format_rate`` and ``signal/valid_rate`` (well-formed and legal/credited replies).
-- ``collapse/*`` over the groups of single-move replies (a full game's reply is a whole game, no one answer):
+- ``collapse/*`` over the groups of single-move replies and of whole games' opening replies (a game counts where
+  the policy made its first decision: every game of the group, sharing the deal, starts from that position;
+  ``GameRecord.opening_move``):
   ``distinct_answers`` (mean distinct answers per group), ``distinct_share`` (that over the group size),
   ``answer_entropy`` (mean per-group entropy of the answers, nats), ``favourite_share`` (mean share of a group's
   most frequent answer), ``groups``; and per case ``collapse/favourite_share/<case>``: the share of the case's
@@ -40,8 +42,8 @@ _CASE_NAME = re.compile(r"[^A-Za-z0-9_.-]+")
 
 @dataclass(frozen=True)
 class Reply:
-    """One scored sample of the step. ``answer`` is None where the reply has no single answer (a full game) or
-    the reward reported none; ``format_ok``/``valid`` are None when the reward reported no such field."""
+    """One scored sample of the step. ``answer`` is None where the reply has no single answer (a full game the
+    policy did not open) or the reward reported none; ``format_ok``/``valid`` are None when the reward reported no such field."""
 
     group: Hashable
     reward: float

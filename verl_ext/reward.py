@@ -35,11 +35,14 @@ logger = logging.getLogger(__name__)
 # Every call returns exactly these keys (verl turns them into metrics; keys must not vary by sample).
 # For a game row format_ok/valid are the rates of well-formed/legal replies and task_score the outcome value.
 # answer_id: the canonical answer as a number (envs/answer.py; 0 = none), for the per-step collapse metrics; an
-# adapter's answer_key (OpenSpiel: the move's action, one id for x3 and o3) when it has one.
+# adapter's answer_key (OpenSpiel: the move's action, one id for x3 and o3) when it has one. A whole game's is its
+# opening reply's (GameRecord.opening_move: the move as written, 0 for a rejected one), NOT_AN_OPENING where
+# another player moved first (the games of its group then start from different positions).
 # win_chance / win_taken / block_chance / blocked: one-ply tactics of a single move in a two-player game
 # (envs/tactics.py; 0 elsewhere), for the per-step tactics metrics.
 METRIC_KEYS = ("score", "format_ok", "valid", "task_score", "failed", "reward_ms", "dataset_ms", "answer_id") \
     + TACTIC_KEYS + GAME_METRIC_KEYS
+NOT_AN_OPENING = -1.0  # a whole game's answer_id where the policy did not make the game's first decision
 _MAX_LOGGED_FAILURES = 20
 _failures = 0
 _refusals = RateLimitedLog(logger)  # refused game records: first 5, then at most one a minute
@@ -48,6 +51,11 @@ _refusals = RateLimitedLog(logger)  # refused game records: first 5, then at mos
 def _result(score: float, format_ok: float, valid: float, task_score: float, failed: bool,
             started: float, dataset_ms: float = 0.0, game: GameRecord | None = None,
             answer: str | None = None, tactics: Mapping[str, float] | None = None) -> dict[str, float]:
+    if game is not None:
+        opening = game.opening_move
+        answer_number = NOT_AN_OPENING if opening is None else answer_id(opening or None)
+    else:
+        answer_number = answer_id(answer)
     return {
         "score": float(score),
         "format_ok": float(format_ok),
@@ -56,7 +64,7 @@ def _result(score: float, format_ok: float, valid: float, task_score: float, fai
         "failed": float(failed),
         "reward_ms": (time.perf_counter() - started) * 1000.0,
         "dataset_ms": dataset_ms,  # time DynamicEnvDataset took to build this sample (0 for other datasets)
-        "answer_id": answer_id(answer),
+        "answer_id": answer_number,
         **(tactics or tactic_flags(None, None)),
         **game_metrics(game),
     }

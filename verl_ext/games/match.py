@@ -104,6 +104,10 @@ class GameRecord:
     opponent_replies: int = 0         # self-play only
     opponent_rejected: int = 0
     opponent_fallbacks: int = 0
+    # the policy's first reply where it made the game's first decision (no player had moved yet, so every game of
+    # its GRPO group, which shares the deal, starts from this position): the legal move it named, "" for a rejected
+    # reply; None where another player moved first. The per-step collapse metrics of whole games read it.
+    opening_move: str | None = None
 
     @property
     def done(self) -> bool:
@@ -203,6 +207,8 @@ class Match:
             raise RuntimeError("submit() without a pending request; call next_request() first")
         record, learner = self.record, turn.player == self.episode.seat
         check = self.last_check = self.episode.check(reply)
+        if learner and record.model_turns == 0 and self.episode.moves_played() == 0:
+            record.opening_move = check.move if check.legal and check.move is not None else ""
         if learner:
             record.model_turns += 1
             record.format_ok += int(check.format_ok)

@@ -15,6 +15,8 @@ pays more than the game earned. ``trusted_record`` rebuilds the record from chec
   model_turns``, ``retries <= rejected <= model_turns``;
 - ``opponent`` is a string and, where the reward knows the row's seed, the opponent the row's game draws from
   its settings (``GameSettings.opponent_for``): a record cannot claim a game against a different opponent.
+- ``opening_move`` (read by the collapse metrics only) is absent, None or a string of at most
+  ``MAX_OPENING_CHARS`` characters, and only in a record with at least one model turn.
 
 Anything else raises ``RecordError`` naming the field and its value; the reward scores such a row 0 and
 counts it as ``failed``.
@@ -37,6 +39,7 @@ COUNT_FIELDS = ("moves", "model_turns", "model_moves", "format_ok", "rejected", 
 COUNT_BOUNDS = (("format_ok", "model_turns"), ("model_moves", "format_ok"), ("rejected", "model_turns"),
                 ("retries", "rejected"))
 _TOLERANCE = 1e-9
+MAX_OPENING_CHARS = 256  # a legal move's text; longer is not a move the episode accepted
 
 
 class RecordError(ValueError):
@@ -93,7 +96,19 @@ def trusted_record(data: Any, utility: UtilityRange, case: str, opponent: str | 
     return GameRecord(case=case, seed=_count(data, "seed"), seat=seat, opponent=played,
                       result=None if truncated is not None else str(result), forfeit=forfeit, truncated=truncated,
                       returns=[float(r) for r in returns] if returns is not None else None,
-                      normalised_return=normalised, **counts)
+                      normalised_return=normalised, opening_move=_opening(data, counts["model_turns"]), **counts)
+
+
+def _opening(data: Mapping[str, Any], model_turns: int) -> str | None:
+    """The record's ``opening_move``: None, or a bounded string in a game the policy took a turn in."""
+    value = data.get("opening_move")
+    if value is None:
+        return None
+    if not isinstance(value, str) or len(value) > MAX_OPENING_CHARS:
+        raise RecordError("opening_move", value, f"not a string of at most {MAX_OPENING_CHARS} characters")
+    if model_turns == 0:
+        raise RecordError("opening_move", value, "a game without a model turn has no opening reply")
+    return value
 
 
 def _outcome_from_returns(returns: Any, seat: int, result: str, claimed: float | None,

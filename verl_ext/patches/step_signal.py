@@ -163,11 +163,14 @@ def replies_of(batch: Any, data: Any) -> list[Reply]:
 
 
 def _answer(scored: Mapping[str, Any]) -> float | None:
-    """The reply's canonical answer id; None for a full game (a whole game, no one answer) or a reward without one."""
-    if _number(scored.get("game")) == 1.0:
-        return None
+    """The reply's canonical answer id; for a full game its opening reply's (``verl_ext.reward.NOT_AN_OPENING``,
+    negative, where the policy did not make the game's first decision: None); None for a reward without one."""
     answer = _number(scored.get("answer_id"))
-    return answer if answer is not None and math.isfinite(answer) else None
+    if answer is None or not math.isfinite(answer):
+        return None
+    if _number(scored.get("game")) == 1.0 and answer < 0:
+        return None
+    return answer
 
 
 def _rewards(scores: Any) -> list[float]:
