@@ -43,7 +43,8 @@ _CASE_NAME = re.compile(r"[^A-Za-z0-9_.-]+")
 @dataclass(frozen=True)
 class Reply:
     """One scored sample of the step. ``answer`` is None where the reply has no single answer (a full game the
-    policy did not open) or the reward reported none; ``format_ok``/``valid`` are None when the reward reported no such field."""
+    policy did not open) or the reward reported none; ``format_ok``/``valid`` are None when the reward reported
+    no such field."""
 
     group: Hashable
     reward: float

@@ -55,24 +55,19 @@ def val_key(metrics: Steps, case: str) -> str | None:
     return None
 
 
-def read_curve(path: Path) -> dict[str, list[tuple[int, float]]]:
-    """``{case: [(step, exploitability)], case + " uniform random": exploitability}`` of one curve JSON.
+def read_curve(path: Path) -> tuple[dict[str, list[tuple[int, float]]], dict[str, float]]:
+    """One curve JSON's ``{case: [(step, exploitability)]}`` and the uniform random policy's exploitability per case.
 
     Raises ValueError naming the file when it is not an exploitability curve."""
     try:
-        curve = json.loads(path.read_text(encoding="utf-8"))
-        cases = curve["cases"]
-        return {case: [(int(p["step"]), float(p["exploitability"])) for p in data["points"]]
-                for case, data in cases.items()}
+        cases = json.loads(path.read_text(encoding="utf-8"))["cases"]
+        points = {case: [(int(p["step"]), float(p["exploitability"])) for p in data["points"]]
+                  for case, data in cases.items()}
+        uniform = {case: float(data["uniform_random"]["exploitability"]) for case, data in cases.items()
+                   if "uniform_random" in data}
     except (OSError, ValueError, KeyError, TypeError) as error:
         raise ValueError(f"--curve {path}: not an exploitability_curve.json ({error!r})") from error
-
-
-def uniform_exploitability(path: Path) -> dict[str, float]:
-    """The uniform random policy's exploitability per case of one curve JSON (read_curve checked the file)."""
-    cases = json.loads(path.read_text(encoding="utf-8"))["cases"]
-    return {case: float(data["uniform_random"]["exploitability"]) for case, data in cases.items()
-            if "uniform_random" in data}
+    return points, uniform
 
 
 def parse_named(parser: argparse.ArgumentParser, flag: str, spec: str) -> tuple[str, str]:
@@ -105,10 +100,10 @@ def main(argv: list[str] | None = None) -> None:
     for spec in args.curve:
         name, path = parse_named(parser, "--curve", spec)
         try:
-            curves[name] = read_curve(Path(path))
+            curves[name], references = read_curve(Path(path))
         except ValueError as error:
             parser.error(str(error))
-        uniform.update(uniform_exploitability(Path(path)))
+        uniform.update(references)
     panels = [(key, key) for key in args.keys.split(",") if key] if runs else []
     panels += [(f"held-out {case} (greedy)", case) for case in args.val.split(",") if case and runs]
     curve_cases = list(dict.fromkeys(case for curve in curves.values() for case in curve))
