@@ -195,15 +195,22 @@ def _played(case: str, seat: int, replies) -> GameRecord:
 def test_the_opening_reply_is_kept_only_where_the_policy_made_the_games_first_decision():
     """GameRecord.opening_move: the collapse metrics of whole games compare a group's opening replies, which share
     a position only where no player moved before (the group shares the deal and the seed)."""
+    from verl_ext.envs.answer import action_key
+    from verl_ext.envs.openspiel_rules import legal_move_actions
+
     first = lambda turn: f"<answer>{turn.legal_moves[0]}</answer>"  # noqa: E731
-    assert _played("tic_tac_toe", 0, first).opening_move == _match("tic_tac_toe", 0).next_request().legal_moves[0]
+    # the move's canonical answer, as single moves count it: its OpenSpiel action
+    fresh = _match("tic_tac_toe", 0)
+    opening = fresh.next_request().legal_moves[0]
+    expected = action_key(legal_move_actions(fresh.episode.state)[opening])
+    assert _played("tic_tac_toe", 0, first).opening_move == expected
     assert _played("tic_tac_toe", 1, first).opening_move is None  # the random bot moved first
     # a rejected opening reply is the empty answer (the collapse metrics' "no answer"), whatever comes after it
     replies = iter(["no tag at all"])
     retried = _played("tic_tac_toe", 0, lambda turn: next(replies, None) or first(turn))
     assert retried.opening_move == "" and retried.rejected == 1 and retried.model_moves >= 1
     # kuhn: the deal is chance, so the first player's reply still opens a position its group shares
-    assert _played("kuhn_poker", 0, first).opening_move in {"Pass", "Bet"}
+    assert _played("kuhn_poker", 0, first).opening_move in {action_key(0), action_key(1)}  # Pass, Bet
 
 
 @pytest.mark.parametrize("value,why", [(7, "not a string"), ("x" * 257, "not a string"), ([], "not a string")])
@@ -216,7 +223,7 @@ def test_an_opening_move_needs_a_model_turn_and_sets_the_answer_id(caplog):
     from verl_ext.reward import NOT_AN_OPENING
 
     none = dict(model_turns=0, model_moves=0, format_ok=0)
-    assert "no opening reply" in _refused(_win(opening_move="x(1,1)", **none), caplog, "opening_move")
-    assert _score(_win(opening_move="x(1,1)"))["answer_id"] == answer_id("x(1,1)")
+    assert "no opening reply" in _refused(_win(opening_move="action:4", **none), caplog, "opening_move")
+    assert _score(_win(opening_move="action:4"))["answer_id"] == answer_id("action:4")
     assert _score(_win(opening_move=""))["answer_id"] == answer_id(None) == 0.0  # a rejected opening: no answer
     assert _score(_win())["answer_id"] == NOT_AN_OPENING  # another player moved first

@@ -74,9 +74,10 @@ def test_full_games_singletons_and_broken_rewards():
 
 
 def test_whole_games_count_their_opening_replies_where_the_policy_opened_the_game():
+    from verl_ext.envs.answer import action_key
     from verl_ext.reward import NOT_AN_OPENING
 
-    column3 = answer_id("x3")
+    column3 = answer_id(action_key(3))
     opened = {"game": 1.0, "answer_id": column3}
     assert step_signal._answer(opened) == column3
     assert step_signal._answer({"game": 1.0, "answer_id": NOT_AN_OPENING}) is None  # another player moved first

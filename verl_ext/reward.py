@@ -36,7 +36,7 @@ logger = logging.getLogger(__name__)
 # For a game row format_ok/valid are the rates of well-formed/legal replies and task_score the outcome value.
 # answer_id: the canonical answer as a number (envs/answer.py; 0 = none), for the per-step collapse metrics; an
 # adapter's answer_key (OpenSpiel: the move's action, one id for x3 and o3) when it has one. A whole game's is its
-# opening reply's (GameRecord.opening_move: the move as written, 0 for a rejected one), NOT_AN_OPENING where
+# opening reply's (GameRecord.opening_move: the move's canonical answer, 0 for a rejected one), NOT_AN_OPENING where
 # another player moved first (the games of its group then start from different positions).
 # win_chance / win_taken / block_chance / blocked: one-ply tactics of a single move in a two-player game
 # (envs/tactics.py; 0 elsewhere), for the per-step tactics metrics.

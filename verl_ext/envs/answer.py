@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -89,6 +90,14 @@ def action_key(action: int) -> str:
     """The canonical answer of a legal game move: its OpenSpiel action, so that one move written two ways (``x3``
     and ``o3`` in connect_four) is one answer for the collapse metrics."""
     return f"action:{action}"
+
+
+def move_answer_key(actions: Mapping[str, int], move: str) -> str:
+    """What the collapse metrics count as one answer for ``move`` in a position whose legal moves map to
+    ``actions``: its OpenSpiel action (``action_key``) when legal, so that connect_four's ``x3`` and ``o3``
+    (column 3 whoever moves) are one favourite; other text stays itself."""
+    action = actions.get(move)
+    return move if action is None else action_key(action)
 
 
 @lru_cache(maxsize=1)

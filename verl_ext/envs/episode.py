@@ -138,6 +138,11 @@ class Episode(Protocol):
         """Play a legal ``move`` (as returned by ``check``) for the player to move, then resolve chance."""
         ...
 
+    def answer_key(self, move: str) -> str:
+        """What the collapse metrics count as one answer for a legal ``move`` of the player to move: the same
+        canonical answer as the env adapter's ``answer_key`` gives the single move (OpenSpiel: its action)."""
+        ...
+
     def play_bot(self, opponent: Opponent) -> str:
         """Let the bot ``opponent`` move for the player to move; returns the move played."""
         ...

@@ -16,7 +16,7 @@ import pyspiel
 from open_spiel.python.algorithms import mcts
 
 from ..seeding import stable_seed
-from .answer import ParsedAnswer, action_key, parse_answer
+from .answer import ParsedAnswer, move_answer_key, parse_answer
 from .base import ScoreResult, Task
 from .board_text import BOARD_TEXTS, render_board
 from .caching import OnceLRU
@@ -446,8 +446,7 @@ class OpenSpielAdapter:
     def answer_key(self, case: str, state: str, move: str) -> str:
         """What the collapse metrics count as one answer: the OpenSpiel action of a legal ``move``, so that
         connect_four's ``x3`` and ``o3`` (column 3 whoever moves) are one favourite; other text stays itself."""
-        action = self._position(case, state).moves.get(move)
-        return move if action is None else action_key(action)
+        return move_answer_key(self._position(case, state).moves, move)
 
     def task_scores(self, case: str, state: str) -> dict[int, float]:
         """The task score ``score`` pays for each legal action of the position (``reward_mode`` engine: the move's

@@ -11,6 +11,7 @@ from open_spiel.python.bots.policy import PolicyBot
 from open_spiel.python.bots.uniform_random import UniformRandomBot
 
 from ..seeding import stable_seed
+from .answer import move_answer_key
 from .bot_ties import TieBreakingMCTSBot
 from .cfr_policy import DEFAULT_SOLVER, cfr_policy
 from .episode import MoveCheck, Opponent
@@ -82,6 +83,9 @@ class OpenSpielEpisode:
         if action is None:
             raise ValueError(f"{move!r} is not a legal move of player {self.current_player()} in {self.case!r}")
         self._apply(action)
+
+    def answer_key(self, move: str) -> str:
+        return move_answer_key(legal_move_actions(self.state), move)
 
     def _bot(self, player: int, opponent: Opponent) -> pyspiel.Bot | TieBreakingMCTSBot:
         key = (player, opponent.label)

@@ -105,8 +105,9 @@ class GameRecord:
     opponent_rejected: int = 0
     opponent_fallbacks: int = 0
     # the policy's first reply where it made the game's first decision (no player had moved yet, so every game of
-    # its GRPO group, which shares the deal, starts from this position): the legal move it named, "" for a rejected
-    # reply; None where another player moved first. The per-step collapse metrics of whole games read it.
+    # its GRPO group, which shares the deal, starts from this position): the canonical answer of the legal move it
+    # named (Episode.answer_key, as single moves count it), "" for a rejected reply; None where another player
+    # moved first. The per-step collapse metrics of whole games read it.
     opening_move: str | None = None
 
     @property
@@ -208,7 +209,7 @@ class Match:
         record, learner = self.record, turn.player == self.episode.seat
         check = self.last_check = self.episode.check(reply)
         if learner and record.model_turns == 0 and self.episode.moves_played() == 0:
-            record.opening_move = check.move if check.legal and check.move is not None else ""
+            record.opening_move = self.episode.answer_key(check.move) if check.legal and check.move is not None else ""
         if learner:
             record.model_turns += 1
             record.format_ok += int(check.format_ok)
