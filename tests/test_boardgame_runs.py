@@ -43,7 +43,7 @@ def test_the_base_teaches_engine_moves_half_in_whole_games_against_the_training_
     assert sft.data.max_length >= 3215  # the longest connect_four game row measured against it (SmolLM2 tokens)
 
 
-@pytest.mark.parametrize("run", ["mix", "random", "bycase"])
+@pytest.mark.parametrize("run", ["mix", "random", "bycase", "bycase-filter"])
 def test_each_run_composes_and_its_eval_measures_the_targets(tmp_path, run):
     stages = dry_run(tmp_path, run)
     assert list(stages) == ["grpo", "merge", "eval", "plot"]
@@ -53,12 +53,13 @@ def test_each_run_composes_and_its_eval_measures_the_targets(tmp_path, run):
     spiel = env["openspiel"]
     assert spiel["task_mode"] == "game" and sorted(spiel["game_types"]) == ["connect_four", "tic_tac_toe"]
     assert spiel["game"]["opponent"] == {"mix": "random:0.5,mcts:50:0.5", "random": "random",
-                                         "bycase": "random:0.5,mcts:50:0.5"}[run]
+                                         "bycase": "random:0.5,mcts:50:0.5",
+                                         "bycase-filter": "random:0.5,mcts:50:0.5"}[run]
     mixture = EnvMixture(env, where="data.env")  # the opponents and cases as the workers build them
     settings = mixture.adapters["openspiel"].game_settings
     connect_four = settings.opponent_mixture_at("game", "connect_four").shares()
     assert connect_four == {"mix": {"random": 0.5, "mcts:50": 0.5}, "random": {"random": 1.0},
-                            "bycase": {"random": 0.5, "mcts:5": 0.5}}[run]
+                            "bycase": {"random": 0.5, "mcts:5": 0.5}, "bycase-filter": {"random": 0.5, "mcts:5": 0.5}}[run]
     assert settings.opponent_mixture_at("game", "tic_tac_toe").shares() == (
         {"random": 1.0} if run == "random" else {"random": 0.5, "mcts:50": 0.5})
     assert cfg.data.train_batch_size == 32 and cfg.actor_rollout_ref.rollout.n == 8
@@ -71,7 +72,7 @@ def test_each_run_composes_and_its_eval_measures_the_targets(tmp_path, run):
     assert resolve_suites(args.suites, EnvMixture(single_move_section(eval_env), where="env")) == ["single", "arena"]
     assert [m.split("=")[0] for m in args.models] == ["sft", "grpo", "random"]
     assert [o.label for o in parse_opponents(args.opponents)] == (
-        ["random", "mcts:5", "mcts:50"] if run == "bycase" else ["random", "mcts:50"])
+        ["random", "mcts:5", "mcts:50"] if run.startswith("bycase") else ["random", "mcts:50"])
     assert args.games_per_case == 200 and args.game_context == "game" and args.illegal_retries == 1
 
 
@@ -82,3 +83,20 @@ def test_the_runs_differ_only_in_their_opponents(tmp_path):
         config["data"]["env"]["openspiel"]["game"].pop("opponent")
         config["data"]["env"]["openspiel"]["game"].pop("opponents_by_case", None)
     assert configs["mix"] == configs["random"] == configs["bycase"]
+
+
+def test_the_filter_arm_is_the_bycase_run_with_dapo_group_filtering_on_verls_sampler(tmp_path):
+    """smollm2-boardgames-bycase-filter.env: algorithm.filter_groups on the canonical reward, which verl gives only
+    to its own sampler (the project's poll sampler off); every other setting is the bycase run's."""
+    grpo = {run: compose("ppo_trainer", overrides_of(dry_run(tmp_path, run, run_dir="same")["grpo"][0]))
+            for run in ("bycase", "bycase-filter")}
+    filtered = grpo["bycase-filter"]
+    assert filtered.algorithm.filter_groups.enable is True and filtered.algorithm.filter_groups.metric == "reward"
+    assert not filtered.trainer.v1.sampler.get("custom_sampler", {}).get("path")
+    assert check_ppo(filtered, check_imports=False) == []
+    assert grpo["bycase"].trainer.v1.sampler.custom_sampler.path == "pkg://verl_ext.patches.replay_buffer"
+    configs = {run: OmegaConf.to_container(cfg) for run, cfg in grpo.items()}
+    for config in configs.values():
+        config["algorithm"].pop("filter_groups")
+        config["trainer"]["v1"].pop("sampler")
+    assert configs["bycase"] == configs["bycase-filter"]

@@ -29,9 +29,15 @@ echo "run=$(basename "$RUN_DIR") stages=${stages[*]} gpu=${CUDA_VISIBLE_DEVICES:
 mkdir -p "$RUN_DIR/logs"
 for stage in "${stages[@]}"; do
   case "$stage" in
-    sft) mkdir -p "$RUN_DIR/sft" && echo 3 > "$RUN_DIR/sft/latest_checkpointed_iteration.txt" ;;
+    sft) mkdir -p "$RUN_DIR/sft" && echo 3 > "$RUN_DIR/sft/latest_checkpointed_iteration.txt"
+         echo "${N_GPUS_PER_NODE:-unset}" > "$RUN_DIR/sft/n_gpus" ;;
     hf) mkdir -p "$RUN_DIR/sft_hf" && echo '{}' > "$RUN_DIR/sft_hf/config.json" ;;
-    grpo) echo '{"step": 1}' > "$RUN_DIR/logs/grpo-1.metrics.jsonl" ;;
+    grpo) echo '{"step": 1}' > "$RUN_DIR/logs/grpo-1.metrics.jsonl"
+          # SLOW_GRPO=<run>: its trainer saves a checkpoint and runs on, as verl's does (stopped only by a cut)
+          if [[ "${SLOW_GRPO:-}" == "$(basename "$RUN_DIR")" ]]; then
+            mkdir -p "$RUN_DIR/grpo" && echo 5 > "$RUN_DIR/grpo/latest_checkpointed_iteration.txt"
+            python3 -c 'import time; time.sleep(90)' "trainer.default_local_dir=$RUN_DIR/grpo"
+          fi ;;
     eval) [[ "${FAIL_EVAL:-}" == "$(basename "$RUN_DIR")" ]] && { echo "eval failed" >&2; exit 3; }
           mkdir -p "$RUN_DIR/eval" && echo ok > "$RUN_DIR/eval/results.md" ;;
   esac
@@ -406,3 +412,57 @@ def test_keep_cold_start_packs_the_made_cold_start_for_a_later_session(tmp_path)
                              str(tmp_path / "next")], capture_output=True, text=True, check=False)
     assert joined.returncode == 0, joined.stderr
     assert (tmp_path / "next" / "sft_hf" / "config.json").read_text() == "{}\n"  # what the stand-in's hf stage wrote
+
+
+def test_cold_start_gpus_trains_the_shared_sft_data_parallel_and_leaves_the_runs_a_gpu_each(tmp_path):
+    """COLD_START_GPUS=2 beside a second driver on GPUs 2-3: the cold start sees GPUs 0 and 1 and sft.sh gets
+    N_GPUS_PER_NODE=2; the runs still get one GPU each and never the setting."""
+    done, calls = _drive(tmp_path, gpus=4, PARALLEL="1", GPU_COUNT="2", COLD_START_GPUS="2")
+    assert done.returncode == 0, done.stderr
+    assert calls[0] == "run=base stages=model export sft hf gpu=0,1 ray=unset"
+    assert (tmp_path / "root" / "base" / "sft" / "n_gpus").read_text().strip() == "2"
+    assert [c for c in calls if c.startswith("run=b ")] == [
+        f"run=b stages={s} gpu=1 ray=127.0.0.1:6391" for s in ("grpo", "merge", "eval")]
+
+    alone, calls = _drive(tmp_path / "one", gpus=4, PARALLEL="1", GPU_COUNT="2")
+    assert alone.returncode == 0 and calls[0] == "run=base stages=model export sft hf gpu=0 ray=unset"
+    assert (tmp_path / "one" / "root" / "base" / "sft" / "n_gpus").read_text().strip() == "unset"
+    for bad in ("3", "0", "two"):
+        refused, _ = _drive(tmp_path / f"bad{bad}", gpus=4, GPU_COUNT="2", COLD_START_GPUS=bad)
+        assert refused.returncode == 2
+        assert f"COLD_START_GPUS: 1 to GPU_COUNT (2 GPUs from GPU 0), got '{bad}'" in refused.stderr
+
+
+def test_grpo_cut_after_s_ends_a_late_grpo_at_its_checkpoint_and_the_run_is_still_evaluated(tmp_path):
+    """GRPO_CUT_AFTER_S: a trainer still running at the deadline is stopped, its grpo.done names the step, and the
+    run's merge and eval follow on its own GPU; a run already past GRPO is left alone."""
+    started = time.monotonic()
+    done, calls = _drive(tmp_path, gpus=2, PARALLEL="1", GRPO_CUT_AFTER_S="3", CUT_LOOK_EVERY_S="1",
+                         SLOW_GRPO="a")
+    assert done.returncode == 0, done.stderr
+    assert time.monotonic() - started < 60  # not the 90 s the trainer would have run
+    root = tmp_path / "root"
+    assert (root / "a" / "grpo.done").read_text().startswith("cut at step 5 (GRPO_CUT_AFTER_S=3), 20")
+    assert "cut_grpo: " in (root / "a" / "run.log").read_text()
+    assert [c for c in calls if c.startswith("run=a ")] == [
+        f"run=a stages={s} gpu=0 ray=127.0.0.1:6390" for s in ("grpo", "merge", "eval")]
+    assert "a/eval/results.md" in _packed(tmp_path, "a")
+    assert not (root / "b" / "grpo.done").read_text().startswith("cut")
+
+    bad, _ = _drive(tmp_path / "bad", gpus=1, GRPO_CUT_AFTER_S="10m")
+    assert bad.returncode == 2 and "GRPO_CUT_AFTER_S: whole seconds after the driver's start" in bad.stderr
+
+
+def test_cut_grpo_refuses_a_run_without_a_checkpoint_and_leaves_a_done_one_alone(tmp_path):
+    """bench/learning/cut_grpo.sh by hand: no checkpoint yet -> exit 1, no marker (merge would have nothing to
+    start from); a done stage -> exit 0, its marker unchanged."""
+    cut = REPO / "bench" / "learning" / "cut_grpo.sh"
+    run = tmp_path / "run"
+    (run / "grpo").mkdir(parents=True)
+    early = subprocess.run(["bash", str(cut), str(run)], capture_output=True, text=True, check=False)
+    assert early.returncode == 1 and "no GRPO checkpoint yet" in early.stderr
+    assert not (run / "grpo.done").exists()
+    (run / "grpo.done").write_text("612.0 s\n")
+    finished = subprocess.run(["bash", str(cut), str(run)], capture_output=True, text=True, check=False)
+    assert finished.returncode == 0 and "nothing to cut" in finished.stdout
+    assert (run / "grpo.done").read_text() == "612.0 s\n"

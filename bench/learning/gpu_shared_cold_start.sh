@@ -75,6 +75,24 @@ if [[ "${PARALLEL:-0}" == 1 ]] && (( GPU_COUNT >= $# )); then own_gpu=1; fi
 : "${RUN_SLOT_BASE:=$GPU_OFFSET}"
 [[ "$RUN_SLOT_BASE" =~ ^[0-9]+$ ]] \
   || { echo "RUN_SLOT_BASE: a slot index (0, 1, ...), got '$RUN_SLOT_BASE'" >&2; exit 2; }
+# COLD_START_GPUS: how many of this driver's GPUs (from GPU_OFFSET) the shared SFT trains on, data parallel
+# (train/scripts/sft.sh's N_GPUS_PER_NODE; the global batch stays SFT_BATCH_SIZE, split across the ranks); default
+# 1. The runs' stages never see it. On 2x H200 a whole-game cold start's SFT is ~9.5 of a session's 30 minutes on
+# one GPU.
+: "${COLD_START_GPUS:=1}"
+if ! [[ "$COLD_START_GPUS" =~ ^[1-9][0-9]*$ ]] || (( gpus > 0 && COLD_START_GPUS > GPU_COUNT )); then
+  echo "COLD_START_GPUS: 1 to GPU_COUNT ($GPU_COUNT GPUs from GPU $GPU_OFFSET), got '$COLD_START_GPUS'" >&2
+  exit 2
+fi
+# GRPO_CUT_AFTER_S: seconds after this driver's start from which a run's GRPO stage still running is ended at its
+# next checkpoint (bench/learning/cut_grpo.sh; its grpo.done says at which step): the run goes on with merge, eval
+# and plot from there, so that a session's device time ends with every run evaluated. Empty (default): no cut.
+: "${GRPO_CUT_AFTER_S:=}"
+if [[ -n "$GRPO_CUT_AFTER_S" && ! "$GRPO_CUT_AFTER_S" =~ ^[0-9]+$ ]]; then
+  echo "GRPO_CUT_AFTER_S: whole seconds after the driver's start, or empty for no cut; got '$GRPO_CUT_AFTER_S'" >&2
+  exit 2
+fi
+driver_started="$(date +%s)"
 
 pack() {  # everything small of ROOT/NAME into OUT/NAME.tgz
   pack_run_dir "$ROOT" "$1" "$OUT"
@@ -111,6 +129,11 @@ fi
   source "$base_spec"
   set +a
   read -r -a stages <<< "${BASE_STAGES:-model export sft hf}"
+  if (( COLD_START_GPUS > 1 )); then
+    export N_GPUS_PER_NODE="$COLD_START_GPUS"
+    CUDA_VISIBLE_DEVICES="$(seq -s, "$GPU_OFFSET" "$((GPU_OFFSET + COLD_START_GPUS - 1))")"
+    export CUDA_VISIBLE_DEVICES
+  fi
   RUN_DIR="$ROOT/base" bash "$RECIPE" "${stages[@]}"
 ) > "$ROOT/base.log" 2>&1
 mkdir -p "$ROOT/base"
@@ -180,14 +203,34 @@ stages_of() {
   )
 }
 
-# Every stage of run file SPEC in turn, the run packed after each; stops at the first failing stage.
+# Every stage of run file SPEC in turn, the run packed after each; stops at the first failing stage, except one
+# that a cut marked done (GRPO_CUT_AFTER_S: its trainer was stopped at a checkpoint).
 run_and_pack() {
-  local spec="$1" name stage
+  local spec="$1" name stage status
   name="$(basename "$spec" .env)"
   for stage in $(stages_of "$spec"); do
-    run_stages "$spec" "$stage" || return $?
+    status=0
+    run_stages "$spec" "$stage" || status=$?
+    if (( status )) && [[ ! -f "$ROOT/$name/$stage.done" ]]; then return "$status"; fi
     pack "$name"
   done
+}
+
+# GRPO_CUT_AFTER_S: from then on, every 10 s, cut run folder DIR's GRPO stage at its latest checkpoint, until it is
+# cut or done (a run still starting has none: cut_grpo.sh then refuses, and the next look tries again)
+cut_watchers=()
+watch_for_cut() {
+  local dir="$1" wait_s
+  [[ -n "$GRPO_CUT_AFTER_S" ]] || return 0
+  (
+    wait_s=$(( driver_started + GRPO_CUT_AFTER_S - $(date +%s) ))
+    (( wait_s > 0 )) && sleep "$wait_s"
+    until [[ -f "$dir/grpo.done" ]]; do
+      bash bench/learning/cut_grpo.sh "$dir" "GRPO_CUT_AFTER_S=$GRPO_CUT_AFTER_S" 2> /dev/null && break
+      sleep "${CUT_LOOK_EVERY_S:-10}"
+    done
+  ) >> "$dir/run.log" 2>&1 &
+  cut_watchers+=($!)
 }
 
 # With a GPU per run: its stages, then its FINAL_STAGES on the same GPU (no other run's eval waits behind them,
@@ -206,6 +249,7 @@ if [[ "${PARALLEL:-0}" == 1 ]]; then
     name="$(basename "$spec" .env)"
     dir="$ROOT/$name"
     fork "$dir"
+    watch_for_cut "$dir"
     g=$((GPU_OFFSET + i)) slot=$((RUN_SLOT_BASE + i))
     port=$((RAY_PORT_BASE + slot))
     gpu_env=()
@@ -247,7 +291,7 @@ fi
 
 for spec in "$@"; do
   name="$(basename "$spec" .env)"
-  fork "$ROOT/$name"
+  if [[ ! -d "$ROOT/$name" ]]; then fork "$ROOT/$name"; watch_for_cut "$ROOT/$name"; fi
   status=0
   run_and_pack "$spec" || status=$?
   echo "run $name: exit $status" | tee -a "$ROOT/$name/run.log"
@@ -261,6 +305,7 @@ for spec in "$@"; do
   echo "run $name: final stages exit $status" | tee -a "$ROOT/$name/run.log"
   pack "$name"
 done
+if (( ${#cut_watchers[@]} )); then kill "${cut_watchers[@]}" 2> /dev/null || true; fi
 echo "all runs ended"
 # the watch calls' signal to stop (bench/device/lent_gpu_env.sh collect_until)
 date -u +%Y-%m-%dT%H:%M:%SZ > "$ROOT/ALL_RUNS_ENDED"

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# End a run's GRPO stage at its last checkpoint, so that the recipe goes on with merge, eval and plot from that
+# step: the run's grpo.done says where and why it was cut, then the stage's trainer (the process whose command line
+# holds trainer.default_local_dir=RUN_DIR/grpo) is stopped; Ray ends its workers with it.
+#   bash bench/learning/cut_grpo.sh RUN_DIR [REASON]
+# Exit 0: cut, or nothing to cut (the stage is done); 1: no checkpoint yet (nothing is stopped: cutting now would
+# leave merge nothing to start from). bench/learning/gpu_shared_cold_start.sh calls it at GRPO_CUT_AFTER_S; by
+# hand it is the cut a late stage needs when a session's device time runs short.
+set -euo pipefail
+(( $# >= 1 )) || { sed -n '2,8p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+run_dir="${1%/}"
+reason="${2:-by hand}"
+[[ -d "$run_dir" ]] || { echo "cut_grpo: no run folder $run_dir" >&2; exit 2; }
+if [[ -f "$run_dir/grpo.done" ]]; then
+  echo "cut_grpo: $run_dir: grpo is done ($(cat "$run_dir/grpo.done")); nothing to cut"
+  exit 0
+fi
+tracker="$run_dir/grpo/latest_checkpointed_iteration.txt"
+if [[ ! -s "$tracker" ]]; then
+  echo "cut_grpo: $run_dir: no GRPO checkpoint yet ($tracker); not cut" >&2
+  exit 1
+fi
+step="$(tr -d '[:space:]' < "$tracker")"
+# first the marker: the recipe's failed stage then counts as done, and the driver goes on with the run's stages
+echo "cut at step $step ($reason), $(date -u +%Y-%m-%dT%H:%M:%SZ)" > "$run_dir/grpo.done"
+pattern="default_local_dir=${run_dir}/grpo( |\$)"
+mapfile -t pids < <(pgrep -f -- "$pattern" || true)
+if (( ${#pids[@]} == 0 )); then
+  echo "cut_grpo: $run_dir: marked done at step $step; no trainer process was running"
+  exit 0
+fi
+kill -TERM "${pids[@]}" 2> /dev/null || true
+for _ in $(seq 30); do
+  pgrep -f -- "$pattern" > /dev/null || break
+  sleep 1
+done
+mapfile -t left < <(pgrep -f -- "$pattern" || true)
+if (( ${#left[@]} )); then kill -KILL "${left[@]}" 2> /dev/null || true; fi
+echo "cut_grpo: $run_dir: cut at step $step ($reason); stopped ${#pids[@]} trainer process(es)"
