@@ -166,6 +166,29 @@ def test_collapse_is_not_called_while_most_replies_are_malformed_or_without_a_ba
         assert flat.observe(step, metrics_of(0.5, entropy=0.01))[0] == []
 
 
+def test_a_starting_policy_already_fixed_is_said_once_and_is_no_collapse_until_it_varies():
+    """The 2026-11-28 whole-game run (docs/runs/2026-11-28-h200x4-boardgames-filter-leduc/): an engine-taught cold
+    start opens every game alike from step 1 (favourite share 1.0 on the empty board) while 60-90 % of its groups
+    carry signal; that is the starting policy, not GRPO collapsing. A condition that stopped holding counts again."""
+    alarm = SignalAlarm()
+    fixed = metrics_of(0.7, entropy=0.0, favourite=1.0, distinct=1.0)
+    lines, flags = alarm.observe(1, fixed)
+    assert len(lines) == 1 and "step 1: the starting policy already meets the collapse threshold" in lines[0]
+    assert "100% of a group's replies name its favourite answer" in lines[0] and "1.00 distinct answers" in lines[0]
+    assert flags["collapse/alarm"] == 0.0
+    later = [alarm.observe(step, fixed) for step in range(2, 10)]
+    assert all(not step_lines and flags["collapse/alarm"] == 0.0 for step_lines, flags in later)
+    alarm.observe(10, metrics_of(0.7, entropy=0.0, favourite=0.5, distinct=3.0))  # the openings vary: re-armed
+    again = [alarm.observe(step, fixed) for step in range(11, 11 + signal_alarm.PATIENCE)]
+    assert [flags["collapse/alarm"] for _, flags in again] == [0.0] * (signal_alarm.PATIENCE - 1) + [1.0]
+    assert "policy collapse" in again[-1][0][0] and "100% of a group's replies" in again[-1][0][0]
+    mixed = SignalAlarm()  # a start fixed in one respect still alarms on another that arises during the run
+    mixed.observe(1, metrics_of(0.7, favourite=0.9))
+    seen = [mixed.observe(step, metrics_of(0.7, favourite=0.9, distinct=1.2)) for step in range(2, 2 + signal_alarm.PATIENCE)]
+    assert seen[-1][1]["collapse/alarm"] == 1.0 and "1.20 distinct answers" in seen[-1][0][0]
+    assert "favourite answer" not in seen[-1][0][0]
+
+
 def test_abort_only_in_abort_mode_only_on_the_first_step_and_only_at_about_zero(monkeypatch, capsys):
     for mode, share, step, expected in (("abort", 0.0, 1, True), ("abort", 0.01, 1, True), ("abort", 0.05, 1, False),
                                         ("warn", 0.0, 1, False), ("abort", 0.0, 2, False)):
@@ -327,10 +350,13 @@ def test_verls_trainer_adds_the_metrics_to_its_step_warns_once_and_aborts_when_a
     assert steps[4]["collapse/favourite_share"] == 1.0 and steps[4]["signal/alarm"] == 1.0
     assert [steps[n]["collapse/alarm"] for n in range(2, 7)] == [0, 0, 1, 1, 1]
     warnings = [line for line in out if line.startswith(signal_alarm.MARK)]
-    assert len(warnings) == 3  # warn run: no signal and collapse, each once at step 4; abort run: step 1
+    # warn run: no signal and collapse, each once at step 4; abort run, whose first step is already all one answer:
+    # no signal, and that its starting policy is fixed (no collapse of the run)
+    assert len(warnings) == 4
     assert warnings[0].startswith(f"{signal_alarm.MARK}: step 4: no learning signal for 3 steps: 100% of 4 groups")
     assert warnings[1].startswith(f"{signal_alarm.MARK}: step 4: policy collapse for 3 steps: answer entropy 0.000")
     assert warnings[2].startswith(f"{signal_alarm.MARK}: step 1: no learning signal: 100% of 4 groups")
+    assert warnings[3].startswith(f"{signal_alarm.MARK}: step 1: the starting policy already meets the collapse")
     stopped = next(line for line in out if line.startswith("STOPPED "))
     assert "SIGNAL_CHECK=abort: step 1 has no learning signal (signal/group_share 0.000 < 0.02)" in stopped
     assert json.loads(next(line for line in out if line.startswith("LOGGED "))[7:]) == [[1, 0.0, True]]

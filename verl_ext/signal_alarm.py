@@ -9,6 +9,9 @@ Three alarms, each one line on stdout, printed when it starts and again every ``
   favourite "answer" is no answer, which the first alarm covers): ``collapse/answer_entropy`` below
   ``ENTROPY_FRACTION`` of the first step's (when that was at least ``MIN_BASELINE_ENTROPY``),
   ``collapse/favourite_share`` > ``FAVOURITE_SHARE``, or ``collapse/distinct_answers`` < ``DISTINCT_ANSWERS``.
+  A condition the first step already meets is the starting policy's, not a collapse of this run (a cold start
+  taught one answer there, e.g. the engine's opening: every whole board game starts from the same empty board): one
+  line says so at the first step, and that condition counts again only once it has stopped holding.
 - replies cut at the response cap: ``signal/replies_at_cap`` >= ``CAP_SHARE`` for ``PATIENCE`` steps running
   (a cut reply is judged as it stands: an answer not yet written earns nothing).
 
@@ -75,6 +78,8 @@ class SignalAlarm:
     no_signal: _Streak = field(default_factory=_Streak)
     collapse: _Streak = field(default_factory=_Streak)
     at_cap: _Streak = field(default_factory=_Streak)
+    # collapse conditions ("favourite", "distinct") the first step already met: the starting policy's
+    held_from_start: set[str] = field(default_factory=set)
 
     def observe(self, step: int, metrics: dict[str, float]) -> tuple[list[str], dict[str, float]]:
         """Lines to print for this step's metrics, and ``signal/alarm`` / ``collapse/alarm`` / ``signal/cap_alarm`` (1
@@ -91,7 +96,15 @@ class SignalAlarm:
             flags["signal/alarm"] = float(low)
             if self.no_signal.update(low, step, 1 if first else PATIENCE):
                 lines.append(_no_signal_line(step, metrics, self.no_signal.steps))
-        reasons = self._collapse_reasons(metrics)
+        found = self._collapse_reasons(metrics)
+        if first and found:
+            self.held_from_start = set(found)
+            lines.append(f"{MARK}: step {step}: the starting policy already meets the collapse threshold: "
+                         f"{'; '.join(found.values())} — fixed before this run (a cold start that taught one answer, "
+                         f"e.g. the engine's opening on an empty board), and GRPO learns nothing from those choices; "
+                         f"the collapse alarm counts them once they vary ({DOCS})")
+        self.held_from_start &= set(found)  # a condition that stopped holding counts from now on
+        reasons = [text for key, text in found.items() if key not in self.held_from_start]
         if "collapse/answer_entropy" in metrics:
             due = self.collapse.update(bool(reasons), step, PATIENCE)
             flags["collapse/alarm"] = float(self.collapse.steps >= PATIENCE)
@@ -119,21 +132,23 @@ class SignalAlarm:
         return (f"SIGNAL_CHECK=abort: step {step} has no learning signal (signal/group_share {share:.3f} < "
                 f"{ABORT_SHARE}): {_equal_share(metrics)}; {NO_SIGNAL_CURES} ({DOCS}); SIGNAL_CHECK=warn trains on")
 
-    def _collapse_reasons(self, metrics: dict[str, float]) -> list[str]:
+    def _collapse_reasons(self, metrics: dict[str, float]) -> dict[str, str]:
+        """The collapse conditions this step meets, by name (entropy, favourite, distinct), each with its line."""
         if metrics.get("signal/format_rate", 1.0) < MIN_FORMAT_RATE:
-            return []
-        reasons = []
+            return {}
+        reasons = {}
         entropy = metrics.get("collapse/answer_entropy")
         if entropy is not None and self.baseline_entropy is not None \
                 and entropy < ENTROPY_FRACTION * self.baseline_entropy:
-            reasons.append(f"answer entropy {entropy:.3f} nats < {ENTROPY_FRACTION:g} x the first step's "
-                           f"{self.baseline_entropy:.3f}")
+            reasons["entropy"] = (f"answer entropy {entropy:.3f} nats < {ENTROPY_FRACTION:g} x the first step's "
+                                  f"{self.baseline_entropy:.3f}")
         favourite = metrics.get("collapse/favourite_share")
         if favourite is not None and favourite > FAVOURITE_SHARE:
-            reasons.append(f"{favourite:.0%} of a group's replies name its favourite answer (> {FAVOURITE_SHARE:.0%})")
+            reasons["favourite"] = (f"{favourite:.0%} of a group's replies name its favourite answer "
+                                    f"(> {FAVOURITE_SHARE:.0%})")
         distinct = metrics.get("collapse/distinct_answers")
         if distinct is not None and distinct < DISTINCT_ANSWERS:
-            reasons.append(f"{distinct:.2f} distinct answers per group (< {DISTINCT_ANSWERS:g})")
+            reasons["distinct"] = f"{distinct:.2f} distinct answers per group (< {DISTINCT_ANSWERS:g})"
         return reasons
 
 
