@@ -43,7 +43,8 @@ def test_the_base_teaches_engine_moves_half_in_whole_games_against_the_training_
     assert sft.data.max_length >= 3215  # the longest connect_four game row measured against it (SmolLM2 tokens)
 
 
-@pytest.mark.parametrize("run", ["mix", "random", "bycase", "bycase-filter"])
+@pytest.mark.parametrize("run", ["mix", "random", "bycase", "bycase-filter", "bycase-grpo100",
+                                 "bycase-filter-grpo100"])
 def test_each_run_composes_and_its_eval_measures_the_targets(tmp_path, run):
     stages = dry_run(tmp_path, run)
     assert list(stages) == ["grpo", "merge", "eval", "plot"]
@@ -52,18 +53,19 @@ def test_each_run_composes_and_its_eval_measures_the_targets(tmp_path, run):
     env = OmegaConf.to_container(cfg.data.env, resolve=True)
     spiel = env["openspiel"]
     assert spiel["task_mode"] == "game" and sorted(spiel["game_types"]) == ["connect_four", "tic_tac_toe"]
-    assert spiel["game"]["opponent"] == {"mix": "random:0.5,mcts:50:0.5", "random": "random",
-                                         "bycase": "random:0.5,mcts:50:0.5",
-                                         "bycase-filter": "random:0.5,mcts:50:0.5"}[run]
+    assert spiel["game"]["opponent"] == ("random" if run == "random" else "random:0.5,mcts:50:0.5")
     mixture = EnvMixture(env, where="data.env")  # the opponents and cases as the workers build them
     settings = mixture.adapters["openspiel"].game_settings
     connect_four = settings.opponent_mixture_at("game", "connect_four").shares()
-    assert connect_four == {"mix": {"random": 0.5, "mcts:50": 0.5}, "random": {"random": 1.0},
-                            "bycase": {"random": 0.5, "mcts:5": 0.5}, "bycase-filter": {"random": 0.5, "mcts:5": 0.5}}[run]
+    assert connect_four == ({"random": 0.5, "mcts:50": 0.5} if run == "mix" else {"random": 1.0} if run == "random"
+                            else {"random": 0.5, "mcts:5": 0.5})
     assert settings.opponent_mixture_at("game", "tic_tac_toe").shares() == (
         {"random": 1.0} if run == "random" else {"random": 0.5, "mcts:50": 0.5})
     assert cfg.data.train_batch_size == 32 and cfg.actor_rollout_ref.rollout.n == 8
-    assert cfg.trainer.total_training_steps == 30 and cfg.trainer.test_freq == 10
+    if run.endswith("grpo100"):  # issue 45's >= 100 steps, from the kept cold start
+        assert cfg.trainer.total_training_steps == 100 and cfg.trainer.test_freq == 20 and cfg.trainer.save_freq == 10
+    else:
+        assert cfg.trainer.total_training_steps == 30 and cfg.trainer.test_freq == 10
     actor = cfg.actor_rollout_ref.actor
     assert actor.use_kl_loss and actor.kl_loss_coef == 0.1 and actor.clip_ratio_high == 0.28
 
@@ -89,7 +91,7 @@ def test_the_filter_arm_is_the_bycase_run_with_dapo_group_filtering_on_verls_sam
     """smollm2-boardgames-bycase-filter.env: algorithm.filter_groups on the canonical reward, which verl gives only
     to its own sampler (the project's poll sampler off); every other setting is the bycase run's."""
     grpo = {run: compose("ppo_trainer", overrides_of(dry_run(tmp_path, run, run_dir="same")["grpo"][0]))
-            for run in ("bycase", "bycase-filter")}
+            for run in ("bycase", "bycase-filter", "bycase-filter-grpo100")}
     filtered = grpo["bycase-filter"]
     assert filtered.algorithm.filter_groups.enable is True and filtered.algorithm.filter_groups.metric == "reward"
     assert not filtered.trainer.v1.sampler.get("custom_sampler", {}).get("path")
@@ -100,3 +102,4 @@ def test_the_filter_arm_is_the_bycase_run_with_dapo_group_filtering_on_verls_sam
         config["algorithm"].pop("filter_groups")
         config["trainer"]["v1"].pop("sampler")
     assert configs["bycase"] == configs["bycase-filter"]
+    assert grpo["bycase-filter-grpo100"].algorithm.filter_groups.enable is True
