@@ -74,7 +74,7 @@ def test_each_run_composes_and_its_eval_measures_the_targets(tmp_path, run):
     assert resolve_suites(args.suites, EnvMixture(single_move_section(eval_env), where="env")) == ["single", "arena"]
     assert [m.split("=")[0] for m in args.models] == ["sft", "grpo", "random"]
     assert [o.label for o in parse_opponents(args.opponents)] == (
-        ["random", "mcts:5", "mcts:50"] if run.startswith("bycase") else ["random", "mcts:50"])
+        ["random", "mcts:5", "mcts:50"] if run in ("bycase", "bycase-filter") else ["random", "mcts:50"])
     assert args.games_per_case == 200 and args.game_context == "game" and args.illegal_retries == 1
 
 
