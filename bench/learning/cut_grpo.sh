@@ -7,6 +7,9 @@
 # leave merge nothing to start from). bench/learning/gpu_shared_cold_start.sh calls it at GRPO_CUT_AFTER_S; by
 # hand it is the cut a late stage needs when a session's device time runs short.
 set -euo pipefail
+# live_matches: the pids of live (not zombie) processes whose command line matches a pattern
+# shellcheck source=../device/lent_gpu_env.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../device/lent_gpu_env.sh"
 (( $# >= 1 )) || { sed -n '2,8p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 run_dir="${1%/}"
 reason="${2:-by hand}"
@@ -31,9 +34,9 @@ if (( ${#pids[@]} == 0 )); then
 fi
 kill -TERM "${pids[@]}" 2> /dev/null || true
 for _ in $(seq 30); do
-  pgrep -f -- "$pattern" > /dev/null || break
+  [[ -n "$(live_matches "$pattern")" ]] || break
   sleep 1
 done
-mapfile -t left < <(pgrep -f -- "$pattern" || true)
-if (( ${#left[@]} )); then kill -KILL "${left[@]}" 2> /dev/null || true; fi
+left="$(live_matches "$pattern")"
+if [[ -n "$left" ]]; then kill -KILL ${left//,/ } 2> /dev/null || true; fi
 echo "cut_grpo: $run_dir: cut at step $step ($reason); stopped ${#pids[@]} trainer process(es)"
