@@ -6,6 +6,7 @@
 # Exit 0: cut, or nothing to cut (the stage is done); 1: no checkpoint yet (nothing is stopped: cutting now would
 # leave merge nothing to start from). bench/learning/gpu_shared_cold_start.sh calls it at GRPO_CUT_AFTER_S; by
 # hand it is the cut a late stage needs when a session's device time runs short.
+# shellcheck source-path=SCRIPTDIR
 set -euo pipefail
 # live_matches: the pids of live (not zombie) processes whose command line matches a pattern
 # shellcheck source=../device/lent_gpu_env.sh
@@ -37,6 +38,6 @@ for _ in $(seq 30); do
   [[ -n "$(live_matches "$pattern")" ]] || break
   sleep 1
 done
-left="$(live_matches "$pattern")"
-if [[ -n "$left" ]]; then kill -KILL ${left//,/ } 2> /dev/null || true; fi
+IFS=, read -r -a left <<< "$(live_matches "$pattern")"
+if (( ${#left[@]} )); then kill -KILL "${left[@]}" 2> /dev/null || true; fi
 echo "cut_grpo: $run_dir: cut at step $step ($reason); stopped ${#pids[@]} trainer process(es)"
