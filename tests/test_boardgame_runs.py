@@ -103,3 +103,43 @@ def test_the_filter_arm_is_the_bycase_run_with_dapo_group_filtering_on_verls_sam
         config["trainer"]["v1"].pop("sampler")
     assert configs["bycase"] == configs["bycase-filter"]
     assert grpo["bycase-filter-grpo100"].algorithm.filter_groups.enable is True
+
+
+def test_the_tactical_mix_arm_adds_one_ply_positions_to_the_bycase_games(tmp_path):
+    """smollm2-boardgames-tactical-mix-grpo100.env: the bycase 100-step arm with ~16 positions that have a win to
+    take or a threat to block added to its ~32 whole games a step, scored by the engine; every other setting (the
+    opponents, KL, clip, steps) is the bycase arm's, and the plan the workers build holds both kinds of rows."""
+    grpo = {run: compose("ppo_trainer", overrides_of(dry_run(tmp_path, run, run_dir="same")["grpo"][0]))
+            for run in ("bycase-grpo100", "tactical-mix-grpo100")}
+    mix = grpo["tactical-mix-grpo100"]
+    assert check_ppo(mix, check_imports=False) == []
+    env = OmegaConf.to_container(mix.data.env, resolve=True)
+    spiel = env["openspiel"]
+    assert spiel["task_mode"] == "mixed" and spiel["game_share"] == pytest.approx(2 / 3, abs=1e-3)
+    assert env["train_positions"] == "tactical" and spiel["reward_mode"] == "engine"
+    assert mix.data.train_batch_size == mix.actor_rollout_ref.actor.ppo_mini_batch_size == 48
+    assert mix.trainer.total_training_steps == 100
+    configs = {run: OmegaConf.to_container(cfg) for run, cfg in grpo.items()}
+    for config in configs.values():
+        config["data"]["env"]["openspiel"].pop("task_mode")
+        config["data"]["env"]["openspiel"].pop("game_share", None)
+        config["data"]["env"]["openspiel"].pop("reward_mode")
+        config["data"]["env"].pop("train_positions", None)
+        config["data"].pop("train_batch_size")
+        config["actor_rollout_ref"]["actor"].pop("ppo_mini_batch_size")
+    assert configs["bycase-grpo100"] == configs["tactical-mix-grpo100"]
+
+    from verl_ext.envs.tactics import one_ply
+
+    spiel["num_tasks_per_case"] = 60  # the workers' plan, smaller
+    mixture = EnvMixture(env, where="data.env")
+    kinds = {"game": 0, "position": 0}
+    for ref in mixture.plan("train"):
+        task = mixture.build(ref)
+        if task.info.get("mode") == "game":
+            kinds["game"] += 1
+        else:
+            tactics = one_ply(task.case, task.state)
+            assert tactics.win_available or tactics.must_block, task.messages
+            kinds["position"] += 1
+    assert kinds["game"] + kinds["position"] == 120 and 0.55 < kinds["game"] / 120 < 0.78

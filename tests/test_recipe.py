@@ -288,6 +288,20 @@ def test_a_cold_start_is_evaluated_before_any_grpo(tmp_path):
     assert bad.returncode == 2 and "EVAL_GRPO_MODEL must be one of: 0 1; got 'yes'" in bad.stderr
 
 
+def test_a_run_can_leave_out_a_cold_start_already_evaluated(tmp_path):
+    """EVAL_COLD_START_MODEL=0: the eval judges the GRPO model without its cold start (evaluated by another run of
+    the same carried cold start); with EVAL_GRPO_MODEL=0 too nothing is left to judge: refused."""
+    argv = stage_commands(recipe("--dry-run", "eval", RUN_DIR=str(tmp_path), EVAL_COLD_START_MODEL="0",
+                                 EVAL_BASE_MODEL="0").stdout)["eval"][0]
+    models = argv[argv.index("--models") + 1:argv.index("--suites")]
+    assert [m.split("=")[0] for m in models] == ["grpo", "random"]
+    both = recipe("--dry-run", "eval", RUN_DIR=str(tmp_path), EVAL_COLD_START_MODEL="0", EVAL_GRPO_MODEL="0",
+                  check=False)
+    assert both.returncode == 2 and "EVAL_COLD_START_MODEL=0 with EVAL_GRPO_MODEL=0" in both.stderr
+    bad = recipe("--dry-run", "eval", RUN_DIR=str(tmp_path), EVAL_COLD_START_MODEL="no", check=False)
+    assert bad.returncode == 2 and "EVAL_COLD_START_MODEL must be one of: 0 1; got 'no'" in bad.stderr
+
+
 def test_training_positions_are_scored_beside_the_held_out_ones(tmp_path):
     """EVAL_TRAINING_POSITIONS=1: a second single-move eval of the trained models on the first VAL_TASKS_PER_CASE
     distinct positions of their training rows (a pool of SFT_TASKS_PER_CASE holds them), into eval_train/."""

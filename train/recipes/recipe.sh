@@ -24,7 +24,7 @@
 # Knobs (environment, defaults below; docs/learning.md): RUN_DIR MODEL MODEL_WHEEL COLD_START GAME_TYPES
 # LOGIC_CASES ENV_OVERRIDES COLD_START_CONTENTS COLD_START_SHARE GRPO_TRAIN_PART GRPO_POSITIONS MODEL_SHAPE SFT_TASKS_PER_CASE SFT_GAME_SHARE SFT_GAME_OPPONENT VAL_TASKS_PER_CASE EXPORT_JOBS SFT_EPOCHS SFT_LR
 # SFT_BATCH_SIZE SIGNAL_PROMPTS GRPO_STEPS GRPO_LORA GRPO_LR GRPO_REWARD_MODE GRPO_SAVE_FREQ GRPO_KEEP_CHECKPOINTS
-# GRPO_TEST_FREQ CURVE_EVERY EVAL_SUITES EVAL_GAMES EVAL_OPPONENTS EVAL_GAME_CONTEXT EVAL_ILLEGAL_RETRIES EVAL_BASE_MODEL EVAL_GRPO_MODEL EVAL_TRAINING_POSITIONS EVAL_BACKEND
+# GRPO_TEST_FREQ CURVE_EVERY EVAL_SUITES EVAL_GAMES EVAL_OPPONENTS EVAL_GAME_CONTEXT EVAL_ILLEGAL_RETRIES EVAL_BASE_MODEL EVAL_COLD_START_MODEL EVAL_GRPO_MODEL EVAL_TRAINING_POSITIONS EVAL_BACKEND
 # EVAL_GENERATION_LENGTH EVAL_TEMPERATURE; any train-script knob
 # (TRAIN_BATCH_SIZE, ROLLOUT_N, GPU_MEMORY_UTILIZATION, SYSTEM_PROMPT, ...) passes through to the GRPO stage.
 # shellcheck source-path=SCRIPTDIR
@@ -122,11 +122,19 @@ else : "${GRPO_LR:=1e-5}"; fi
 # game conversation, as TASK_MODE=game training plays it), EVAL_ILLEGAL_RETRIES extra tries after a rejected reply
 # (0: it forfeits); EVAL_BASE_MODEL=0 leaves the starting model out of the eval (the cold start and GRPO models stay);
 # EVAL_GRPO_MODEL=0 evaluates without a GRPO model (a cold start judged before any GRPO: `export sft hf eval`);
+# EVAL_COLD_START_MODEL=0 leaves the cold start out (~2 minutes of a GPU eval: for a run from a cold start that another
+# run already evaluated with the same settings, e.g. one carried with COLD_START_FROM; the report then has no
+# change-from-sft table);
 # EVAL_TRAINING_POSITIONS=1 adds the trained models' single moves on training positions (eval_train/)
 : "${EVAL_GAME_CONTEXT:=turn}" "${EVAL_ILLEGAL_RETRIES:=0}" "${EVAL_BASE_MODEL:=1}" "${EVAL_GRPO_MODEL:=1}"
-: "${EVAL_TRAINING_POSITIONS:=0}"
+: "${EVAL_TRAINING_POSITIONS:=0}" "${EVAL_COLD_START_MODEL:=1}"
 require_choice EVAL_BASE_MODEL "$EVAL_BASE_MODEL" 0 1
 require_choice EVAL_GRPO_MODEL "$EVAL_GRPO_MODEL" 0 1
+require_choice EVAL_COLD_START_MODEL "$EVAL_COLD_START_MODEL" 0 1
+if [[ "$EVAL_COLD_START_MODEL" == 0 && "$EVAL_GRPO_MODEL" == 0 ]]; then
+  echo "EVAL_COLD_START_MODEL=0 with EVAL_GRPO_MODEL=0: the eval would have no trained model to judge" >&2
+  exit 2
+fi
 require_choice EVAL_TRAINING_POSITIONS "$EVAL_TRAINING_POSITIONS" 0 1
 # EVAL_TEMPERATURE: 0 plays the model's greedy reply (its most likely move); 1.0 samples as the GRPO rollouts do,
 # the policy a mixed-strategy game (poker) is trained and measured as (the exploitability suite scores the same
@@ -357,7 +365,10 @@ stage_merge() {
 stage_eval() {
   local models=() trained=()
   [[ "$EVAL_BASE_MODEL" == 1 || "$COLD_START" == none ]] && models+=("$BASE_NAME=$BASE")
-  if [[ "$COLD_START" != none ]]; then need "$SFT_HF/config.json" hf; trained+=(sft="$SFT_HF"); fi
+  if [[ "$COLD_START" != none && "$EVAL_COLD_START_MODEL" == 1 ]]; then
+    need "$SFT_HF/config.json" hf
+    trained+=(sft="$SFT_HF")
+  fi
   if [[ "$EVAL_GRPO_MODEL" == 1 ]]; then need "$GRPO_HF/config.json" merge; trained+=(grpo="$GRPO_HF"); fi
   models+=(${trained[@]+"${trained[@]}"})
   [[ -n "$GAME_TYPES" ]] && models+=(random=scripted:random)
