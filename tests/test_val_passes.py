@@ -100,6 +100,30 @@ def test_later_passes_are_paired_with_the_first_on_the_same_positions(tmp_path, 
     assert "paired by task seed" in capsys.readouterr().out
 
 
+def test_whole_game_passes_show_outcomes_and_the_opening_reply(tmp_path, capsys):
+    """Whole-game validation rows (issue 45's runs): the score is the game's (win 1, draw 1/2, loss 0), the favourite
+    is the opening reply rather than the whole conversation, the games' W/D/L close the row, and a later pass pairs
+    with the one at --from-step by game seed."""
+    game = "<answer>x(1,1)</answer>\nuser\nYou are playing Tic Tac Toe ...\nassistant\n<answer>x(0,0)</answer>"
+    outcomes = {1.0: {"win": 1.0}, 0.5: {"draw": 1.0}, 0.0: {"loss": 1.0}}
+    rows = [_val(block, "tic_tac_toe", score, 5.0, seed=seed, game=1.0, **outcomes[score])
+            for block, scores in ((1, (0.0, 0.5, 1.0)), (2, (0.0, 0.0, 1.0)), (3, (1.0, 0.5, 1.0)))
+            for seed, score in zip((7, 8, 9), scores)]
+    rows[0]["reply"] = game
+    log = tmp_path / "run.samples.jsonl.gz"
+    _write(log, rows)
+    out = tmp_path / "passes"
+    assert val_passes.main([str(log), "--test-freq", "20", "--from-step", "20", "--out", str(out)]) == 0
+    result = json.loads(out.with_suffix(".json").read_text())
+    first = result["passes"][0]
+    assert first["favourite"] == "<answer>x(1,1)</answer>" and first["games"] == {"win": 1, "draw": 1, "loss": 1}
+    (change,) = result["paired_changes"]
+    assert (change["from_step"], change["step"], change["positions"]) == (20, 40, 3)
+    assert change["change"]["mean"] == pytest.approx((1.0 + 0.5 + 0.0) / 3) and change["worse"] == 0
+    table = capsys.readouterr().out
+    assert "| 0 | tic_tac_toe | 3 | 0.500" in table and "| 1/1/1 |" in table and "| 2/1/0 |" in table
+
+
 def test_the_sample_log_records_which_task_each_reply_answered(tmp_path, monkeypatch):
     """The reward's sample log carries the row's seed and index (what pairing needs), from extra_info."""
     from verl_ext.mixture import EnvMixture

@@ -6,7 +6,9 @@ reply with its pass number (``block``), so this reads per pass and case: the eng
 = 0: the number ``verl-ext eval`` reports) with its normal 95 % interval, the legal rate, the favourite reply's
 share, the engine score on the positions with a one-ply tactic and on the rest, and the one-ply tactics (where a
 win is on the board, the share of replies that take it; where the opponent threatens one, the share that block it)
-with Wilson intervals. When the log records each task's seed
+with Wilson intervals. Whole-game rows (``TASK_MODE=game`` or ``mixed``) count alike: their score is the game's (win 1,
+draw 1/2, loss 0), their favourite is the opening reply, and a last column gives the games' wins / draws / losses.
+When the log records each task's seed
 (since 2026-11-27), it also pairs every later pass with the first on the same positions: the change in engine
 score with its interval, and how many positions got better or worse. ``--baseline`` pairs each pass with the same
 pass of another run (an arm against the run beside it, from the same cold start).
@@ -71,6 +73,9 @@ def summarise(rows: list[dict[str, Any]], test_freq: int, texts: dict[tuple[Any,
         replies = Counter(r.get("answer_id") for r in group if r.get("valid"))
         favourite_id, count = replies.most_common(1)[0] if replies else (None, 0)
         favourite = answer_text(case, favourite_id, texts)
+        games = [r for r in group if r.get("game")]
+        if games:  # a whole game's reply holds every turn: its answer id names the opening one
+            favourite = favourite.split("</answer>", 1)[0] + "</answer>" if "</answer>" in favourite else favourite
         wins = [r for r in group if r.get("win_chance")]
         blocks = [r for r in group if r.get("block_chance")]
         quiet = [r for r in group if not r.get("win_chance") and not r.get("block_chance")]
@@ -88,6 +93,7 @@ def summarise(rows: list[dict[str, Any]], test_freq: int, texts: dict[tuple[Any,
             # what taking every win / making every block would add at most (another move may be worth as much)
             "lost_to_missed_wins": _lost(wins, "win_taken", len(group)),
             "lost_to_missed_blocks": _lost(blocks, "blocked", len(group)),
+            "games": {outcome: sum(1 for r in games if r.get(outcome)) for outcome in ("win", "draw", "loss")},
         })
     return records
 
@@ -162,17 +168,22 @@ def _rate(p: dict[str, Any]) -> str:
     return "-" if p["rate"] is None else f"{rate_text(p)} ({p['n']})"
 
 
+def _outcomes(games: dict[str, int]) -> str:
+    """Whole games' wins / draws / losses, or - where the pass validated single moves only."""
+    return "/".join(str(games[k]) for k in ("win", "draw", "loss")) if sum(games.values()) else "-"
+
+
 def to_markdown(records: list[dict[str, Any]]) -> str:
     """A table with one row per (pass, case)."""
     lines = ["| step | case | n | engine score [95 %] | on positions with a win or a block | elsewhere | legal % | "
              "favourite answer (share of legal replies) | took the win % [95 %] (chances) | "
-             "blocked % [95 %] (threats) | score lost to missed wins / blocks |", "|---" * 11 + "|"]
+             "blocked % [95 %] (threats) | score lost to missed wins / blocks | games W/D/L |", "|---" * 12 + "|"]
     for r in records:
         lines.append(f"| {r['step']} | {r['case']} | {r['n']} | {score_text(r['engine'])} | "
                      f"{score_text(r['engine_tactical'])} | {score_text(r['engine_quiet'])} | "
                      f"{100 * r['legal']['rate']:.1f} | `{r['favourite']}` "
                      f"({100 * r['favourite_share']:.0f} %) | {_rate(r['took_win'])} | {_rate(r['blocked'])} | "
-                     f"{r['lost_to_missed_wins']:.3f} / {r['lost_to_missed_blocks']:.3f} |")
+                     f"{r['lost_to_missed_wins']:.3f} / {r['lost_to_missed_blocks']:.3f} | {_outcomes(r['games'])} |")
     return "\n".join(lines) + "\n"
 
 
