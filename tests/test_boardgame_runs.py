@@ -143,3 +143,6 @@ def test_the_tactical_mix_arm_adds_one_ply_positions_to_the_bycase_games(tmp_pat
             assert tactics.win_available or tactics.must_block, task.messages
             kinds["position"] += 1
     assert kinds["game"] + kinds["position"] == 120 and 0.55 < kinds["game"] / 120 < 0.78
+    # validation stays mostly whole games: a single move enters it only where its position is held out
+    val_games = [mixture.build(ref).info.get("mode") == "game" for ref in mixture.plan("val")]
+    assert len(val_games) == 128 and sum(val_games) >= 110

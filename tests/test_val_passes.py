@@ -121,7 +121,22 @@ def test_whole_game_passes_show_outcomes_and_the_opening_reply(tmp_path, capsys)
     assert (change["from_step"], change["step"], change["positions"]) == (20, 40, 3)
     assert change["change"]["mean"] == pytest.approx((1.0 + 0.5 + 0.0) / 3) and change["worse"] == 0
     table = capsys.readouterr().out
-    assert "| 0 | tic_tac_toe | 3 | 0.500" in table and "| 1/1/1 |" in table and "| 2/1/0 |" in table
+    assert "| 0 | tic_tac_toe games | 3 | 0.500" in table and "| 1/1/1 |" in table and "| 2/1/0 |" in table
+
+
+def test_a_mixed_runs_games_and_single_moves_are_kept_apart(tmp_path):
+    """TASK_MODE=mixed validates whole games and single moves of one game in one pass: each gets its own row."""
+    rows = [_val(1, "tic_tac_toe", 1.0, 5.0, seed=1, game=1.0, win=1.0),
+            _val(1, "tic_tac_toe", 0.0, 5.0, seed=2, game=1.0, loss=1.0),
+            _val(1, "tic_tac_toe", 0.8, 5.0, seed=3), _val(1, "tic_tac_toe", 0.6, 5.0, seed=4)]
+    log = tmp_path / "run.samples.jsonl.gz"
+    _write(log, rows)
+    out = tmp_path / "passes"
+    assert val_passes.main([str(log), "--test-freq", "20", "--out", str(out)]) == 0
+    by_case = {r["case"]: r for r in json.loads(out.with_suffix(".json").read_text())["passes"]}
+    assert by_case["tic_tac_toe games"]["engine"]["mean"] == pytest.approx(0.5)
+    assert by_case["tic_tac_toe games"]["games"] == {"win": 1, "draw": 0, "loss": 1}
+    assert by_case["tic_tac_toe"]["engine"]["mean"] == pytest.approx(0.7) and by_case["tic_tac_toe"]["n"] == 2
 
 
 def test_the_sample_log_records_which_task_each_reply_answered(tmp_path, monkeypatch):

@@ -7,7 +7,8 @@ reply with its pass number (``block``), so this reads per pass and case: the eng
 share, the engine score on the positions with a one-ply tactic and on the rest, and the one-ply tactics (where a
 win is on the board, the share of replies that take it; where the opponent threatens one, the share that block it)
 with Wilson intervals. Whole-game rows (``TASK_MODE=game`` or ``mixed``) count alike: their score is the game's (win 1,
-draw 1/2, loss 0), their favourite is the opening reply, and a last column gives the games' wins / draws / losses.
+draw 1/2, loss 0), they count as their own case ("tic_tac_toe games": a mixed run keeps them apart from its single
+moves), their favourite is the opening reply, and a last column gives the games' wins / draws / losses.
 When the log records each task's seed
 (since 2026-11-27), it also pairs every later pass with the first on the same positions: the change in engine
 score with its interval, and how many positions got better or worse. ``--baseline`` pairs each pass with the same
@@ -62,17 +63,23 @@ def answer_text(case: str, answer: Any, texts: dict[tuple[Any, Any], str]) -> st
     return f"action {action} (no reply kept)" if action is not None else f"answer id {answer}"
 
 
+def row_case(row: dict[str, Any]) -> str:
+    """The case a validation row counts under: its game, with " games" for a whole game, so that a mixed run's
+    passes (``TASK_MODE=mixed``) keep whole games and single moves apart."""
+    return f"{row.get('case')} games" if row.get("game") else str(row.get("case"))
+
+
 def summarise(rows: list[dict[str, Any]], test_freq: int, texts: dict[tuple[Any, Any], str]) -> list[dict[str, Any]]:
     """One record per (validation pass, case): step, n, engine score, legal rate, favourite, tactics."""
     groups: dict[tuple[int, str], list[dict[str, Any]]] = defaultdict(list)
     for row in rows:
-        groups[(int(row.get("block") or 0), str(row.get("case")))].append(row)
+        groups[(int(row.get("block") or 0), row_case(row))].append(row)
     records = []
     for (block, case), group in sorted(groups.items()):
         # the log keeps the text of a few replies only; every row has its answer's id
         replies = Counter(r.get("answer_id") for r in group if r.get("valid"))
         favourite_id, count = replies.most_common(1)[0] if replies else (None, 0)
-        favourite = answer_text(case, favourite_id, texts)
+        favourite = answer_text(str(group[0].get("case")), favourite_id, texts)
         games = [r for r in group if r.get("game")]
         if games:  # a whole game's reply holds every turn: its answer id names the opening one
             favourite = favourite.split("</answer>", 1)[0] + "</answer>" if "</answer>" in favourite else favourite
@@ -104,7 +111,7 @@ def _scores_by_pass(rows: list[dict[str, Any]]) -> dict[tuple[int, str], dict[in
     for row in rows:
         seed = row.get("seed")
         if isinstance(seed, int):
-            by_pass[(int(row.get("block") or 0), str(row.get("case")))][seed] = float(row.get("task_score") or 0.0)
+            by_pass[(int(row.get("block") or 0), row_case(row))][seed] = float(row.get("task_score") or 0.0)
     return by_pass
 
 
