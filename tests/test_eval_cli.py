@@ -268,3 +268,20 @@ def test_arena_table_shows_the_share_of_rejected_replies():
     assert "| tic_tac_toe | random | 3/0/7 | 30.0 [10.0, 60.0] | - | 6 (25.0 %) |" in markdown(results)
     match["mean_return"] = {"n": 10, "mean": 0.25, "sd": 1.0, "ci_low": -0.37, "ci_high": 0.87}
     assert "| 3/0/7 | 30.0 [10.0, 60.0] | +0.250 [-0.370, +0.870] | 6 (25.0 %) |" in markdown(results)
+    assert "By the model's seat" not in markdown(results)  # results written before the arena kept seats
+
+
+def test_arena_report_splits_each_match_by_the_models_seat():
+    """The second seat's losses (issue 45's tic_tac_toe runs: 98/0/2 first, 60/23/17 second) show in the report."""
+    from verl_ext.evaluation.report import markdown
+
+    proportion = {"k": 158, "n": 200, "rate": 0.79, "ci_low": 0.728, "ci_high": 0.841}
+    match = {"case": "tic_tac_toe", "opponent": "random", "win": proportion, "draw": {**proportion, "k": 23},
+             "loss": {**proportion, "k": 19}, "forfeit": {**proportion, "k": 0}, "model_moves": 699,
+             "rejected_replies": 0,
+             "by_seat": {"1": {"win": 60, "draw": 23, "loss": 17}, "0": {"win": 98, "draw": 0, "loss": 2}}}
+    results = {"settings": {"games_per_case": 200, "seed": 0, "confidence": 0.95},
+               "models": {"grpo": {"arena": {"matches": [match], "skipped": []}}}}
+    md = markdown(results)
+    assert "| case | opponent | grpo: by seat |" in md
+    assert "| tic_tac_toe | random | 0: 98/0/2 · 1: 60/23/17 |" in md

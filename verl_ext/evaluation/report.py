@@ -237,6 +237,7 @@ def markdown(results: dict[str, Any]) -> str:
                         change_text(r.get("mean_return")), f"{r['forfeit']['k']}{rejected}"]
             rows.append(row)
         lines += _table(header, rows)
+        lines += _seat_lines(results, names)
         for skip in first["skipped"]:
             lines.append(f"\nSkipped {skip['case']} vs {skip['opponent']}: {skip['reason']}.")
         lines.append("")
@@ -258,6 +259,24 @@ def markdown(results: dict[str, Any]) -> str:
         lines += _table(header, rows) + [""]
     lines += _exploitability_lines(results)
     return "\n".join(lines)
+
+
+def _seat_lines(results: dict[str, Any], names: list[str]) -> list[str]:
+    """The arena's W/D/L by the model's seat (seat 0 moves first), per match and model: where a player is weak
+    (a second seat losing what the first wins) hides in the totals. Empty for results written without seats."""
+    first = results["models"][names[0]]["arena"]["matches"]
+    if not first or not all(m.get("by_seat") for n in names for m in results["models"][n]["arena"]["matches"]):
+        return []
+    rows = []
+    for i, match in enumerate(first):
+        row = [match["case"], match["opponent"]]
+        for m in names:
+            seats = results["models"][m]["arena"]["matches"][i]["by_seat"]
+            row.append(" · ".join(f"{seat}: {c['win']}/{c['draw']}/{c['loss']}"
+                                  for seat, c in sorted(seats.items(), key=lambda item: int(item[0]))))
+        rows.append(row)
+    return ["", "By the model's seat (0 moves first), W/D/L:", ""] + _table(
+        ["case", "opponent"] + [f"{m}: by seat" for m in names], rows)
 
 
 def _rejection_lines(results: dict[str, Any], names: list[str]) -> list[str]:
