@@ -27,6 +27,7 @@ from verl_ext.envs import make_env
 from verl_ext.envs.episode import parse_opponent
 from verl_ext.envs.openspiel_env import load_game
 from verl_ext.envs.tactics import one_ply
+from verl_ext.evaluation.report import wdl_text
 from verl_ext.evaluation.stats import proportion
 from verl_ext.seeding import stable_seed
 
@@ -68,7 +69,9 @@ def play(case: str, opponent_text: str, games: int, seed: int = 0, mcts_simulati
         raise SystemExit(f"--player: one of {', '.join(PLAYERS)}, got {player!r}")
     adapter = make_env("openspiel", {"game_types": [case], "mcts_simulations": mcts_simulations})
     opponent = parse_opponent(opponent_text, "--opponents")
-    if player == "best-response" and best_response is None:
+    if player != "best-response":
+        best_response = None  # only the best-response player consults one
+    elif best_response is None:
         best_response = BestResponse(case)
     results = {"win": 0, "draw": 0, "loss": 0}
     by_seat = [{"win": 0, "draw": 0, "loss": 0} for _ in range(2)]
@@ -118,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {row['case']} | {row['player']} | {row['opponent']} | {row['games']} | {100 * win['rate']:.1f} "
               f"[{100 * win['ci_low']:.1f}, {100 * win['ci_high']:.1f}] | {100 * row['draw']['rate']:.1f} | "
               f"{100 * row['loss']['rate']:.1f} | " +
-              " | ".join("/".join(str(seat[k]) for k in ("win", "draw", "loss")) for seat in row["by_seat"]) + " |")
+              " | ".join(wdl_text(seat) for seat in row["by_seat"]) + " |")
     if args.out:
         args.out.write_text(json.dumps(rows, indent=1) + "\n")
     return 0

@@ -28,7 +28,7 @@ from typing import Any
 
 from verl_ext.envs.answer import action_named_by
 from verl_ext.evaluation.paired import paired_summary
-from verl_ext.evaluation.report import change_text, rate_text, score_text
+from verl_ext.evaluation.report import change_text, rate_text, score_text, wdl_text
 from verl_ext.evaluation.stats import mean_interval, proportion
 from verl_ext.sample_view import log_lines
 
@@ -82,7 +82,8 @@ def summarise(rows: list[dict[str, Any]], test_freq: int, texts: dict[tuple[Any,
         favourite = answer_text(str(group[0].get("case")), favourite_id, texts)
         games = [r for r in group if r.get("game")]
         if games:  # a whole game's reply holds every turn: its answer id names the opening one
-            favourite = favourite.split("</answer>", 1)[0] + "</answer>" if "</answer>" in favourite else favourite
+            opening, end, _ = favourite.partition("</answer>")
+            favourite = opening + end
         wins = [r for r in group if r.get("win_chance")]
         blocks = [r for r in group if r.get("block_chance")]
         quiet = [r for r in group if not r.get("win_chance") and not r.get("block_chance")]
@@ -177,7 +178,7 @@ def _rate(p: dict[str, Any]) -> str:
 
 def _outcomes(games: dict[str, int]) -> str:
     """Whole games' wins / draws / losses, or - where the pass validated single moves only."""
-    return "/".join(str(games[k]) for k in ("win", "draw", "loss")) if sum(games.values()) else "-"
+    return wdl_text(games) if sum(games.values()) else "-"
 
 
 def to_markdown(records: list[dict[str, Any]]) -> str:

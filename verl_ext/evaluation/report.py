@@ -72,6 +72,11 @@ def change_text(mean: dict[str, Any] | None) -> str:
     return f"{mean['mean']:+.3f} [{mean['ci_low']:+.3f}, {mean['ci_high']:+.3f}]"
 
 
+def wdl_text(counts: dict[str, int]) -> str:
+    """Game counts ``{"win": W, "draw": D, "loss": L}`` as ``W/D/L``."""
+    return f"{counts['win']}/{counts['draw']}/{counts['loss']}"
+
+
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:
     out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     out += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows]
@@ -272,7 +277,7 @@ def _seat_lines(results: dict[str, Any], names: list[str]) -> list[str]:
         row = [match["case"], match["opponent"]]
         for m in names:
             seats = results["models"][m]["arena"]["matches"][i]["by_seat"]
-            row.append(" · ".join(f"{seat}: {c['win']}/{c['draw']}/{c['loss']}"
+            row.append(" · ".join(f"{seat}: {wdl_text(c)}"
                                   for seat, c in sorted(seats.items(), key=lambda item: int(item[0]))))
         rows.append(row)
     return ["", "By the model's seat (0 moves first), W/D/L:", ""] + _table(
