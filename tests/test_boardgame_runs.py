@@ -146,3 +146,40 @@ def test_the_tactical_mix_arm_adds_one_ply_positions_to_the_bycase_games(tmp_pat
     # validation stays mostly whole games: a single move enters it only where its position is held out
     val_games = [mixture.build(ref).info.get("mode") == "game" for ref in mixture.plan("val")]
     assert len(val_games) == 128 and sum(val_games) >= 110
+
+
+def _bycase_grpo100_and(tmp_path: Path, run: str) -> tuple[dict, dict]:
+    """The composed GRPO configs of the bycase 100-step arm and of ``run``, from one run folder."""
+    configs = [compose("ppo_trainer", overrides_of(dry_run(tmp_path, name, run_dir="same")["grpo"][0]))
+               for name in ("bycase-grpo100", run)]
+    assert check_ppo(configs[1], check_imports=False) == []
+    return configs[0], configs[1]
+
+
+def test_the_lr_arm_is_the_bycase_100_step_run_at_twice_its_learning_rate(tmp_path):
+    """smollm2-boardgames-bycase-lr6e5-grpo100.env: actor lr 6e-5 against 3e-5, nothing else changed (its
+    validation games are the bycase arm's by seed, so val_passes.py --baseline pairs them)."""
+    bycase, faster = _bycase_grpo100_and(tmp_path, "bycase-lr6e5-grpo100")
+    assert float(bycase.actor_rollout_ref.actor.optim.lr) == 3e-5
+    assert float(faster.actor_rollout_ref.actor.optim.lr) == 6e-5
+    configs = [OmegaConf.to_container(cfg) for cfg in (bycase, faster)]
+    for config in configs:
+        config["actor_rollout_ref"]["actor"]["optim"].pop("lr")
+    assert configs[0] == configs[1]
+
+
+def test_the_ladder_arm_gives_tic_tac_toe_three_opponent_strengths_and_leaves_connect_four_alone(tmp_path):
+    """smollm2-boardgames-bycase-ladder-grpo100.env: tic_tac_toe's games against random, MCTS(5) and MCTS(50), a
+    third each, as the workers draw them; connect_four's random and MCTS(5) and every other setting unchanged."""
+    bycase, ladder = _bycase_grpo100_and(tmp_path, "bycase-ladder-grpo100")
+    env = OmegaConf.to_container(ladder.data.env, resolve=True)
+    settings = EnvMixture(env, where="data.env").adapters["openspiel"].game_settings
+    shares = settings.opponent_mixture_at("game", "tic_tac_toe").shares()
+    assert shares == pytest.approx({"random": 0.34, "mcts:5": 0.33, "mcts:50": 0.33})
+    assert settings.opponent_mixture_at("game", "connect_four").shares() == {"random": 0.5, "mcts:5": 0.5}
+    drawn = {settings.opponent_for(seed, "tic_tac_toe").label for seed in range(200)}
+    assert {"random", "mcts:5", "mcts:50"} <= drawn
+    configs = [OmegaConf.to_container(cfg) for cfg in (bycase, ladder)]
+    for config in configs:
+        config["data"]["env"]["openspiel"]["game"].pop("opponents_by_case")
+    assert configs[0] == configs[1]

@@ -84,3 +84,25 @@ def test_bad_flags_are_refused_by_name(tmp_path: Path, capsys: pytest.CaptureFix
     with pytest.raises(SystemExit):
         compare.main(["--out", str(tmp_path / "x.png"), *argv])
     assert message in capsys.readouterr().err
+
+
+def test_a_mixed_runs_two_sources_are_told_apart(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A mixed run logs a case's single moves and whole games under two sources: a bare case is refused by name,
+    SOURCE/CASE picks one (a run with the games alone matches it too)."""
+    mixed = tmp_path / "mixed.metrics.jsonl"
+    mixed.write_text("\n".join(json.dumps({"step": step, "data": {
+        "val-core/openspiel/tic_tac_toe/reward/mean@1": single,
+        "val-core/openspiel-game/tic_tac_toe/reward/mean@1": games}})
+        for step, single, games in ((0, 1.0, 0.55), (20, 0.75, 0.63))) + "\n")
+    games_only = tmp_path / "games.metrics.jsonl"
+    games_only.write_text(json.dumps({"step": 0, "data": {"val-core/openspiel-game/tic_tac_toe/reward/mean@1": 0.6}})
+                          + "\n")
+    out = tmp_path / "compare.png"
+    with pytest.raises(SystemExit):
+        compare.main(["--out", str(out), "--run", f"mix={mixed}", "--keys", "", "--val", "tic_tac_toe"])
+    err = capsys.readouterr().err
+    assert "openspiel/tic_tac_toe" in err and "openspiel-game/tic_tac_toe" in err and "'mix'" in err
+    compare.main(["--out", str(out), "--run", f"mix={mixed}", "--run", f"games={games_only}", "--keys", "",
+                  "--val", "openspiel-game/tic_tac_toe"])
+    plotted = json.loads(out.with_suffix(".json").read_text())["held-out openspiel-game/tic_tac_toe (greedy)"]
+    assert plotted == {"mix": [[0, 0.55], [20, 0.63]], "games": [[0, 0.6]]}

@@ -290,6 +290,7 @@ ALLOWED = {
     "RUN_SLOT_BASE": "bench/learning/gpu_shared_cold_start.sh: the first run slot (Ray port, job id) of a driver beside another (a bench setting)",
     "COLD_START_FROM": "bench/learning/gpu_shared_cold_start.sh: a cold start carried from an earlier session (bench/device/cold_start_parts.sh; a bench setting)",
     "KEEP_COLD_START": "bench/learning/gpu_shared_cold_start.sh: packs the cold start it made for a later session (a bench setting)",
+    "KEEP_RUN_MODELS": "bench/learning/gpu_shared_cold_start.sh: packs each run's merged GRPO model for a later session to continue from (a bench setting)",
     "COLD_START_GPUS": "bench/learning/gpu_shared_cold_start.sh: how many GPUs the shared SFT trains on, data parallel (a bench setting)",
     "GRPO_CUT_AFTER_S": "bench/learning/gpu_shared_cold_start.sh: seconds after the driver's start from which a late GRPO is cut at its checkpoint (a bench setting)",
     "CUT_LOOK_EVERY_S": "bench/learning/gpu_shared_cold_start.sh: seconds between two looks for a checkpoint to cut at (its tests shorten it)",

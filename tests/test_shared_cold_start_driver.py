@@ -38,6 +38,7 @@ for stage in "${stages[@]}"; do
             mkdir -p "$RUN_DIR/grpo" && echo 5 > "$RUN_DIR/grpo/latest_checkpointed_iteration.txt"
             python3 -c 'import time; time.sleep(90)' "trainer.default_local_dir=$RUN_DIR/grpo"
           fi ;;
+    merge) mkdir -p "$RUN_DIR/grpo_hf" && echo "{\"merged\": \"$(basename "$RUN_DIR")\"}" > "$RUN_DIR/grpo_hf/config.json" ;;
     eval) [[ "${FAIL_EVAL:-}" == "$(basename "$RUN_DIR")" ]] && { echo "eval failed" >&2; exit 3; }
           mkdir -p "$RUN_DIR/eval" && echo ok > "$RUN_DIR/eval/results.md" ;;
   esac
@@ -412,6 +413,41 @@ def test_keep_cold_start_packs_the_made_cold_start_for_a_later_session(tmp_path)
                              str(tmp_path / "next")], capture_output=True, text=True, check=False)
     assert joined.returncode == 0, joined.stderr
     assert (tmp_path / "next" / "sft_hf" / "config.json").read_text() == "{}\n"  # what the stand-in's hf stage wrote
+
+
+def test_keep_run_models_packs_each_runs_merged_model_to_continue_from_in_a_later_session(tmp_path):
+    """KEEP_RUN_MODELS=1: every run's grpo_hf as parts under ROOT/kept-models/NAME, with the driver's base file (so
+    a later driver of that base takes it as COLD_START_FROM) and the run it came from; a run without a merged model
+    is named, and the driver still ends."""
+    done, _ = _drive(tmp_path, gpus=1, names=("a", "b"), KEEP_RUN_MODELS="1")
+    assert done.returncode == 0, done.stderr
+    assert "all runs ended" in done.stdout and (tmp_path / "root" / "ALL_RUNS_ENDED").exists()
+    script = REPO / "bench" / "device" / "cold_start_parts.sh"
+    for run in ("a", "b"):
+        parts = tmp_path / "root" / "kept-models" / run
+        provenance = (parts / "PROVENANCE").read_text()
+        assert "base_env=base.env" in provenance and f"source={run}/grpo_hf" in provenance
+        sent = subprocess.run(["bash", str(script), "out", str(parts), str(tmp_path / "out"), "0", f"{run}-model"],
+                              capture_output=True, text=True, check=False)
+        assert sent.returncode == 0, sent.stderr
+        joined = subprocess.run(["bash", str(script), "assemble", str(tmp_path / "out" / f"{run}-model"),
+                                 str(tmp_path / "next" / run)], capture_output=True, text=True, check=False)
+        assert joined.returncode == 0, joined.stderr
+        assert (tmp_path / "next" / run / "sft_hf" / "config.json").read_text() == f'{{"merged": "{run}"}}\n'
+    # the kept model starts the next driver's runs, as a carried cold start does
+    again = tmp_path / "again"
+    again.mkdir()
+    done, calls = _drive(again, gpus=1, names=("c",), COLD_START_FROM=str(tmp_path / "next" / "a" / "sft_hf"))
+    assert done.returncode == 0, done.stderr
+    assert (again / "root" / "c" / "sft_hf" / "config.json").read_text() == '{"merged": "a"}\n'
+    assert "source=a/grpo_hf" in done.stdout
+
+
+def test_keep_run_models_names_a_run_that_has_no_merged_model(tmp_path):
+    done, _ = _drive(tmp_path, gpus=1, names=("a",), run_extra='RUN_STAGES="grpo eval"\n', KEEP_RUN_MODELS="1")
+    assert done.returncode == 0, done.stderr
+    assert "KEEP_RUN_MODELS: run a has no merged model" in done.stderr
+    assert not (tmp_path / "root" / "kept-models").exists()
 
 
 def test_cold_start_gpus_trains_the_shared_sft_data_parallel_and_leaves_the_runs_a_gpu_each(tmp_path):

@@ -6,14 +6,17 @@
 # - into one: 64 MiB per call with the working tree (~3 MiB with bench/device/slim_tree.sh on).
 # Parts of 15 MiB fit both: four to a call back (60 MiB), three to a carry call (45 MiB beside the tree).
 #   pack SRC_DIR PARTS_DIR BASE_ENV   tar SRC_DIR (as sft_hf) and a PROVENANCE file (the base run file's name, the
-#                                     checkout's commit, the date, the SFT's stage time) into parts, with SHA256SUMS
-#   out PARTS_DIR OUT GROUP           copy group GROUP (0, 1, ...: four parts; group 0 also SHA256SUMS and
-#                                     PROVENANCE) into OUT/coldstart/ and say how many groups there are
+#                                     checkout's commit, the date, the SFT's stage time, the packed folder and, for
+#                                     a run's merged GRPO model, its grpo.done) into parts, with SHA256SUMS
+#   out PARTS_DIR OUT GROUP [NAME]    copy group GROUP (0, 1, ...: four parts; group 0 also SHA256SUMS and
+#                                     PROVENANCE) into OUT/NAME/ (default coldstart) and say how many groups there are
 #   carry PARTS_DIR CARRY_DIR         lay the parts out as CARRY_DIR/001, 002, ...: three parts a folder (one
 #                                     carry call each; 001 also SHA256SUMS and PROVENANCE)
 #   assemble PARTS_DIR DEST_DIR       check every part and the whole archive, then unpack DEST_DIR/sft_hf and
 #                                     DEST_DIR/PROVENANCE
-# The driver takes the result as COLD_START_FROM=DEST_DIR/sft_hf (bench/learning/gpu_shared_cold_start.sh).
+# The driver takes the result as COLD_START_FROM=DEST_DIR/sft_hf (bench/learning/gpu_shared_cold_start.sh). A run's
+# merged GRPO model kept the same way (the driver's KEEP_RUN_MODELS=1) starts a later session's GRPO where that run
+# ended: it is packed with the same base file, and its PROVENANCE names the run and its steps.
 set -euo pipefail
 
 PART_BYTES=$((15 * 1024 * 1024))
@@ -40,6 +43,10 @@ pack() {
     echo "commit=$commit"
     echo "made=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
     echo "sft_stage=$(cat "$(dirname "$src")/sft.done" 2>/dev/null || echo unknown)"
+    echo "source=$(basename "$(dirname "$src")")/$(basename "$src")"
+    if [[ "$(basename "$src")" == grpo_hf && -f "$(dirname "$src")/grpo.done" ]]; then
+      echo "grpo_stage=$(head -n 1 "$(dirname "$src")/grpo.done")"
+    fi
   } > "$stage/PROVENANCE"
   rm -rf "$parts" && mkdir -p "$parts"
   cp "$stage/PROVENANCE" "$parts/PROVENANCE"
@@ -57,15 +64,16 @@ groups() {
 }
 
 out() {
-  local parts="$1" out="$2" group="$3" total
+  local parts="$1" out="$2" group="$3" name="${4:-coldstart}" total
   [[ "$group" =~ ^[0-9]+$ ]] || { echo "out: GROUP is a number (0, 1, ...), got '$group'" >&2; exit 2; }
+  [[ "$name" =~ ^[A-Za-z0-9._-]+$ ]] || { echo "out: NAME is a folder name (letters, digits, . _ -), got '$name'" >&2; exit 2; }
   total="$(groups "$parts")"
   (( group < total )) || { echo "out: group $group of $total does not exist (0 to $((total - 1)))" >&2; exit 2; }
-  mkdir -p "$out/coldstart"
+  mkdir -p "$out/$name"
   parts_of "$parts" | sed -n "$((group * PARTS_PER_GROUP + 1)),$(((group + 1) * PARTS_PER_GROUP))p" \
-    | xargs -r cp -t "$out/coldstart/"
-  if (( group == 0 )); then cp "$parts/SHA256SUMS" "$parts/PROVENANCE" "$out/coldstart/"; fi
-  echo "out: group $group of $total (0 to $((total - 1))) in $out/coldstart"
+    | xargs -r cp -t "$out/$name/"
+  if (( group == 0 )); then cp "$parts/SHA256SUMS" "$parts/PROVENANCE" "$out/$name/"; fi
+  echo "out: group $group of $total (0 to $((total - 1))) in $out/$name"
 }
 
 carry() {
@@ -105,7 +113,7 @@ command="$1"
 shift
 case "$command" in
   pack) (( $# == 3 )) || usage; pack "$@" ;;
-  out) (( $# == 3 )) || usage; out "$@" ;;
+  out) (( $# == 3 || $# == 4 )) || usage; out "$@" ;;
   carry) (( $# == 2 )) || usage; carry "$@" ;;
   assemble) (( $# == 2 )) || usage; assemble "$@" ;;
   *) usage ;;

@@ -5,7 +5,8 @@
         --keys collapse/answer_entropy,signal/group_share --val tic_tac_toe,connect_four
 
 Training metrics are lines (per step); ``--val CASES`` adds one panel per case with verl's greedy held-out
-validation (``val-core/<source>/<case>/reward/mean@1``) as markers. ``--curve NAME=exploitability_curve.json``
+validation (``val-core/<source>/<case>/reward/mean@1``) as markers; a mixed run logs single moves and whole games
+of one case under two sources, so name the one to plot: ``--val openspiel-game/tic_tac_toe``. ``--curve NAME=exploitability_curve.json``
 (the recipe's curve stage, ``verl_ext.evaluation.exploitability_curve``; repeat per run) adds one panel per poker
 case with each run's exact exploitability over the GRPO steps and the uniform random policy's as a dashed line:
 
@@ -43,16 +44,26 @@ def series(metrics: Steps, key: str) -> list[tuple[int, float]]:
 
 
 def val_key(metrics: Steps, case: str) -> str | None:
-    """The validation reward key of ``case`` (whatever its data source; the game name alone matches a case with
-    parameters)."""
+    """The validation reward key of ``case``: ``CASE`` or ``SOURCE/CASE`` (``openspiel-game/tic_tac_toe``); the game
+    name alone matches a case with parameters.
+
+    Raises ValueError when a bare case is logged under several data sources (a mixed run's single moves and whole
+    games): the plot would otherwise show whichever came first."""
+    source, _, name = case.rpartition("/")
+    found: list[str] = []
     for values in metrics.values():
         for key in values:
             # a case is named as verl logs it or by its game alone: "hanabi" for "hanabi(colors=2,...)", whose
             # commas cannot go through the comma list of --val
-            logged = key.split("/")[2] if key.count("/") >= 2 else ""
-            if key.startswith("val-core/") and case in (logged, logged.split("(")[0]) and key.endswith("reward/mean@1"):
-                return key
-    return None
+            parts = key.split("/")
+            logged = parts[2] if len(parts) >= 3 else ""
+            if (key.startswith("val-core/") and key.endswith("reward/mean@1") and name in (logged, logged.split("(")[0])
+                    and source in ("", parts[1]) and key not in found):
+                found.append(key)
+    if len(found) > 1:
+        sources = ", ".join(f"{key.split('/')[1]}/{name}" for key in found)
+        raise ValueError(f"--val {case}: logged under several data sources ({sources}); name one as SOURCE/CASE")
+    return found[0] if found else None
 
 
 def read_curve(path: Path) -> tuple[dict[str, list[tuple[int, float]]], dict[str, float]]:
@@ -85,7 +96,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--curve", action="append", default=[],
                         help="NAME=exploitability_curve.json (repeat per run): one exploitability panel per case")
     parser.add_argument("--keys", default="collapse/answer_entropy,signal/group_share,collapse/favourite_share")
-    parser.add_argument("--val", default="", help="comma list of cases whose held-out validation to plot")
+    parser.add_argument("--val", default="", help="comma list of cases (CASE or SOURCE/CASE) whose held-out "
+                        "validation to plot")
     parser.add_argument("--title", default="")
     parser.add_argument("--out", required=True, type=Path)
     args = parser.parse_args(argv)
@@ -113,7 +125,10 @@ def main(argv: list[str] | None = None) -> None:
     for ax, (title, key) in zip(axes[0], panels):
         is_val = key in args.val.split(",")
         for name, metrics in runs.items():
-            metric = val_key(metrics, key) if is_val else key
+            try:
+                metric = val_key(metrics, key) if is_val else key
+            except ValueError as error:
+                parser.error(f"run {name!r}: {error}")
             points = series(metrics, metric) if metric else []
             if points:
                 steps, values = zip(*points)

@@ -20,7 +20,8 @@
 # machine that goes back mid-eval still returns the GRPO logs. GPU_OFFSET (below) puts two drivers on one machine;
 # RAY_PORT_BASE (below) moves the runs' Ray ports clear of clusters an earlier driver left running. COLD_START_FROM
 # (below) starts from a cold start an earlier session made and brought over (bench/device/cold_start_parts.sh);
-# KEEP_COLD_START=1 packs the one this driver makes for such a session.
+# KEEP_COLD_START=1 packs the one this driver makes for such a session; KEEP_RUN_MODELS=1 packs each run's merged
+# GRPO model, so that a later session continues from it (more steps than one session holds).
 # shellcheck source-path=SCRIPTDIR
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
@@ -306,6 +307,20 @@ for spec in "$@"; do
   pack "$name"
 done
 if (( ${#cut_watchers[@]} )); then kill "${cut_watchers[@]}" 2> /dev/null || true; fi
+# KEEP_RUN_MODELS=1: each run's merged GRPO model as parts in ROOT/kept-models/NAME, packed with this driver's base
+# file, for a later session to carry in as its COLD_START_FROM and train on (bring the parts back with
+# `bench/device/cold_start_parts.sh out ROOT/kept-models/NAME "$OUT" GROUP NAME`, one group per call)
+if [[ "${KEEP_RUN_MODELS:-0}" == 1 ]]; then
+  for spec in "$@"; do
+    name="$(basename "$spec" .env)"
+    if [[ -f "$ROOT/$name/grpo_hf/config.json" ]]; then
+      bash bench/device/cold_start_parts.sh pack "$ROOT/$name/grpo_hf" "$ROOT/kept-models/$name" "$base_spec" \
+        || echo "KEEP_RUN_MODELS: packing $ROOT/$name/grpo_hf failed" >&2
+    else
+      echo "KEEP_RUN_MODELS: run $name has no merged model ($ROOT/$name/grpo_hf): nothing kept" >&2
+    fi
+  done
+fi
 echo "all runs ended"
 # the watch calls' signal to stop (bench/device/lent_gpu_env.sh collect_until)
 date -u +%Y-%m-%dT%H:%M:%SZ > "$ROOT/ALL_RUNS_ENDED"
