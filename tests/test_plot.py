@@ -122,6 +122,18 @@ def test_signal_and_collapse_panels_with_their_thresholds(tmp_path):
     assert collapse["answer entropy (nats)"][-1] == [3, 0.1] and collapse["favourite-answer share"][-1] == [3, 0.95]
     assert collapse["favourite warning above 0.8"][0] == [1, 0.8]
     assert panels["favourite answer's share of a case's replies"]["lines"]["connect_four"][0] == [1, 0.82]
+    assert "single moves: favourite share" not in collapse  # a batch of one kind has no per-kind lines
+
+    mixed = _write_jsonl(tmp_path / "mixed.metrics.jsonl", [{"step": 1, "data": {"critic/score/mean": 0.5,
+        "collapse/answer_entropy": 0.4, "collapse/favourite_share": 0.85, "collapse/distinct_share": 0.3,
+        "collapse/moves/answer_entropy": 1.05, "collapse/moves/favourite_share": 0.52,
+        "collapse/openings/favourite_share": 1.0}}])
+    assert plot_main([str(mixed), "--out", str(tmp_path / "mixed")]) == 0
+    lines = json.loads((tmp_path / "mixed" / "grpo_curves.json").read_text())["panels"][
+        "collapse: answers within a group"]["lines"]
+    assert lines["single moves: favourite share"] == [[1, 0.52]]
+    assert lines["game openings: favourite share"] == [[1, 1.0]]
+    assert lines["single moves: answer entropy"] == [[1, 1.05]]
 
     plain = _write_jsonl(tmp_path / "plain.metrics.jsonl", [{"step": 1, "data": {"critic/score/mean": 0.5}}])
     assert plot_main([str(plain), "--out", str(tmp_path / "plain")]) == 0

@@ -38,7 +38,8 @@ for stage in "${stages[@]}"; do
             mkdir -p "$RUN_DIR/grpo" && echo 5 > "$RUN_DIR/grpo/latest_checkpointed_iteration.txt"
             python3 -c 'import time; time.sleep(90)' "trainer.default_local_dir=$RUN_DIR/grpo"
           fi ;;
-    merge) mkdir -p "$RUN_DIR/grpo_hf" && echo "{\"merged\": \"$(basename "$RUN_DIR")\"}" > "$RUN_DIR/grpo_hf/config.json" ;;
+    merge) mkdir -p "$RUN_DIR/grpo_hf"
+           echo "{\"merged\": \"$(basename "$RUN_DIR")\"}" > "$RUN_DIR/grpo_hf/config.json" ;;
     eval) [[ "${FAIL_EVAL:-}" == "$(basename "$RUN_DIR")" ]] && { echo "eval failed" >&2; exit 3; }
           mkdir -p "$RUN_DIR/eval" && echo ok > "$RUN_DIR/eval/results.md" ;;
   esac

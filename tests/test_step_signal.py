@@ -89,6 +89,61 @@ def test_whole_games_count_their_opening_replies_where_the_policy_opened_the_gam
     assert metrics["collapse/favourite_share/connect_four"] == 1.0 and metrics["signal/group_share"] == 1.0
 
 
+def test_a_mixed_batch_keeps_its_single_moves_apart_from_the_games_fixed_openings():
+    """TASK_MODE=mixed (docs/runs/2026-11-28-h200x2-boardgames-tactical-mix/): games opened alike from step 1
+    (favourite share 1.0) pooled with single moves read 0.82-0.90 while the single moves' own stayed at 0.51-0.73,
+    and the collapse alarm fired on the mix. Each kind now has its own metrics; batches of one kind are as before."""
+    openings = [Reply(group=f"g{i}", reward=float(i % 2), answer=5.0, case="tic_tac_toe", opening=True)
+                for i in range(8)] + [Reply(group=f"h{i}", reward=1.0, answer=5.0, case="tic_tac_toe", opening=True)
+                                      for i in range(8)]
+    moves = (group("m", [1.0, 0.0, 1.0, 0.0], [1.0, 2.0, 1.0, 3.0])
+             + group("n", [1.0, 0.0, 0.0, 1.0], [4.0, 4.0, 6.0, 7.0]))
+    metrics = step_metrics(openings + moves)
+    # 16 opening groups of one reply each at 1.0, two move groups at 0.5: pooled 17/18
+    assert metrics["collapse/favourite_share"] == pytest.approx((16 + 0.5 + 0.5) / 18)
+    assert metrics["collapse/moves/favourite_share"] == 0.5 and metrics["collapse/moves/groups"] == 2.0
+    assert metrics["collapse/moves/distinct_answers"] == 3.0
+    assert metrics["collapse/moves/answer_entropy"] == pytest.approx(1.5 * math.log(2))
+    assert metrics["collapse/openings/favourite_share"] == 1.0 and metrics["collapse/openings/groups"] == 16.0
+    for one_kind in (openings, moves):
+        assert not any(key.startswith(("collapse/moves/", "collapse/openings/")) for key in step_metrics(one_kind))
+
+    # the alarm reads the single moves' own: no collapse while they vary, however high the pooled mean
+    varied = SignalAlarm()
+    for step in range(1, 8):
+        lines, flags = varied.observe(step, {**metrics_of(0.7, entropy=0.4, favourite=0.9, distinct=1.2),
+                                             "collapse/moves/favourite_share": 0.6,
+                                             "collapse/moves/distinct_answers": 2.5,
+                                             "collapse/moves/answer_entropy": 0.7})
+        assert lines == [] and flags["collapse/alarm"] == 0.0
+    # and a collapse of the single moves is called even while the pooled mean stays below the line
+    collapsing = SignalAlarm()
+    collapsing.observe(1, {**metrics_of(0.7, entropy=0.8, favourite=0.6, distinct=3.0),
+                           "collapse/moves/favourite_share": 0.5, "collapse/moves/distinct_answers": 3.0,
+                           "collapse/moves/answer_entropy": 1.0})
+    seen = [collapsing.observe(step, {**metrics_of(0.7, entropy=0.8, favourite=0.7, distinct=3.0),
+                                      "collapse/moves/favourite_share": 0.9, "collapse/moves/distinct_answers": 3.0,
+                                      "collapse/moves/answer_entropy": 0.2})
+            for step in range(2, 2 + signal_alarm.PATIENCE)]
+    assert seen[-1][1]["collapse/alarm"] == 1.0
+    assert "90% of a group's replies" in seen[-1][0][0]
+    assert "answer entropy 0.200 nats < 0.25 x the first step's 1.000" in seen[-1][0][0]
+
+
+def test_a_game_rows_reply_is_marked_as_an_opening_when_read_from_verls_batch():
+    import torch
+
+    batch = SimpleNamespace(keys=["u1_0_0", "u1_1_0", "u2_0_0"], tags=None)
+    data = {"uid": ["u1", "u1", "u2"], "rm_scores": torch.tensor([[0.0, 1.0], [0.0, 0.0], [0.5, 0.0]]),
+            "extra_fields": [{"reward_extra_info": {"game": 1.0, "answer_id": 5.0, "score": 1.0}},
+                             {"reward_extra_info": {"game": 1.0, "answer_id": 5.0, "score": 0.0}},
+                             {"reward_extra_info": {"game": 0.0, "answer_id": 3.0, "score": 0.5}}],
+            "extra_info": [{"case": "tic_tac_toe"}] * 3}
+    replies = step_signal.replies_of(batch, data)
+    assert [(r.group, r.reward, r.answer, r.opening) for r in replies] == [
+        ("u1", 1.0, 5.0, True), ("u1", 0.0, 5.0, True), ("u2", 0.5, 3.0, False)]
+
+
 def test_answer_ids_are_the_rewards_canonical_answers_and_hostile_replies_are_no_answer():
     assert GROUP_NO_ANSWER_ID == NO_ANSWER_ID == answer_id(None)
     assert answer_id("x(1,1)") == answer_id("x(1,1)") != answer_id("x(1,2)")

@@ -14,6 +14,11 @@
   ``answer_entropy`` (mean per-group entropy of the answers, nats), ``favourite_share`` (mean share of a group's
   most frequent answer), ``groups``; and per case ``collapse/favourite_share/<case>``: the share of the case's
   replies, over the whole batch, that name its most frequent answer ("column 3 in 82 % of connect_four replies").
+  A batch with both kinds (``TASK_MODE=mixed``) also gets each kind's own: ``collapse/moves/*`` (the single moves'
+  ``distinct_answers``, ``answer_entropy``, ``favourite_share``, ``groups``) and ``collapse/openings/*``
+  (``favourite_share``, ``groups``). A cold start that opens every game alike gives the openings a favourite share
+  of 1.0 from step 1, which in the pooled mean rises and falls with the batch's share of games; the collapse
+  alarm reads the single moves' own (2026-11-28 tactical-mix run: pooled 0.82-0.90, single moves 0.51-0.73).
 - ``tactics/*`` over single moves of two-player games (``verl_ext/envs/tactics.py``): ``win_taken`` (where a move
   won at once, the share of replies that played one) and ``blocked`` (where the opponent threatened to win at
   once, the share that stopped it), pooled and per case (``tactics/win_taken/<case>``): does the policy read the
@@ -58,6 +63,8 @@ class Reply:
     win_taken: float | None = None
     block_chance: float | None = None
     blocked: float | None = None
+    # the answer is a whole game's opening reply (verl_ext.reward: a game row's answer_id), not a single move's
+    opening: bool = False
 
 
 def step_metrics(replies: Iterable[Reply]) -> dict[str, float]:
@@ -101,29 +108,42 @@ def _signal(groups: list[list[Reply]]) -> dict[str, float]:
 
 
 def _collapse(groups: list[list[Reply]]) -> dict[str, float]:
-    distinct, shares, entropies, favourites = [], [], [], []
+    answered = [(group, [reply.answer for reply in group if reply.answer is not None]) for group in groups]
+    answered = [(group, answers) for group, answers in answered if answers]
+    if not answered:
+        return {}
+    metrics = {f"collapse/{key}": value for key, value in _answer_spread([a for _, a in answered]).items()}
     by_case: dict[str, Counter] = defaultdict(Counter)
-    for group in groups:
-        answers = [reply.answer for reply in group if reply.answer is not None]
-        if not answers:
-            continue
+    for group, _ in answered:
+        for reply in group:
+            if reply.answer is not None:
+                by_case[reply.case][reply.answer] += 1
+    for case, counts in sorted(by_case.items(), key=lambda item: -sum(item[1].values()))[:MAX_CASES]:
+        named = [n for answer, n in counts.items() if answer != NO_ANSWER_ID]
+        metrics[f"collapse/favourite_share/{case_name(case)}"] = max(named, default=0) / sum(counts.values())
+    openings = [answers for group, answers in answered if any(reply.opening for reply in group)]
+    moves = [answers for group, answers in answered if not any(reply.opening for reply in group)]
+    if openings and moves:
+        spread = _answer_spread(moves)
+        metrics.update({f"collapse/moves/{key}": spread[key]
+                        for key in ("distinct_answers", "answer_entropy", "favourite_share", "groups")})
+        spread = _answer_spread(openings)
+        metrics.update({f"collapse/openings/{key}": spread[key] for key in ("favourite_share", "groups")})
+    return metrics
+
+
+def _answer_spread(groups: list[list[float]]) -> dict[str, float]:
+    """Mean distinct answers, their share of the group size, answer entropy and favourite share over groups of
+    answers (each non-empty), and how many groups."""
+    distinct, shares, entropies, favourites = [], [], [], []
+    for answers in groups:
         counts = Counter(answers)
         distinct.append(len(counts))
         shares.append(len(counts) / len(answers))
         entropies.append(_entropy(counts.values(), len(answers)))
         favourites.append(max(counts.values()) / len(answers))
-        for reply in group:
-            if reply.answer is not None:
-                by_case[reply.case][reply.answer] += 1
-    if not distinct:
-        return {}
-    metrics = {"collapse/distinct_answers": _mean(distinct), "collapse/distinct_share": _mean(shares),
-               "collapse/answer_entropy": _mean(entropies), "collapse/favourite_share": _mean(favourites),
-               "collapse/groups": float(len(distinct))}
-    for case, counts in sorted(by_case.items(), key=lambda item: -sum(item[1].values()))[:MAX_CASES]:
-        answered = [n for answer, n in counts.items() if answer != NO_ANSWER_ID]
-        metrics[f"collapse/favourite_share/{case_name(case)}"] = max(answered, default=0) / sum(counts.values())
-    return metrics
+    return {"distinct_answers": _mean(distinct), "distinct_share": _mean(shares), "answer_entropy": _mean(entropies),
+            "favourite_share": _mean(favourites), "groups": float(len(groups))}
 
 
 def _tactics(replies: list[Reply]) -> dict[str, float]:

@@ -114,6 +114,10 @@ def signal_panels(metrics: Steps) -> list[Panel]:
     collapse.add("answer entropy (nats)", _series(metrics, "collapse/answer_entropy"))
     collapse.add("favourite-answer share", _series(metrics, "collapse/favourite_share"))
     collapse.add("distinct answers / group size", _series(metrics, "collapse/distinct_share"))
+    # a mixed batch: the single moves' own (what the alarm reads) and the games' openings'
+    collapse.add("single moves: answer entropy", _series(metrics, "collapse/moves/answer_entropy"))
+    collapse.add("single moves: favourite share", _series(metrics, "collapse/moves/favourite_share"))
+    collapse.add("game openings: favourite share", _series(metrics, "collapse/openings/favourite_share"))
     if not collapse.empty:
         collapse.add(f"favourite warning above {FAVOURITE_SHARE:g}",
                      _level(metrics, "collapse/favourite_share", FAVOURITE_SHARE))

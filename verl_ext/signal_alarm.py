@@ -11,7 +11,10 @@ Three alarms, each one line on stdout, printed when it starts and again every ``
   ``collapse/favourite_share`` > ``FAVOURITE_SHARE``, or ``collapse/distinct_answers`` < ``DISTINCT_ANSWERS``.
   A condition the first step already meets is the starting policy's, not a collapse of this run (a cold start
   taught one answer there, e.g. the engine's opening: every whole board game starts from the same empty board): one
-  line says so at the first step, and that condition counts again only once it has stopped holding.
+  line says so at the first step, and that condition counts again only once it has stopped holding. In a batch of
+  single moves and whole games (``TASK_MODE=mixed``) the three read the single moves' own metrics
+  (``collapse/moves/*``, ``verl_ext.group_stats``): the games' fixed openings, pooled in, would move the mean with
+  the batch's share of games.
 - replies cut at the response cap: ``signal/replies_at_cap`` >= ``CAP_SHARE`` for ``PATIENCE`` steps running
   (a cut reply is judged as it stands: an answer not yet written earns nothing).
 
@@ -87,7 +90,7 @@ class SignalAlarm:
         first = self.first_step is None
         if first:
             self.first_step = step
-            entropy = metrics.get("collapse/answer_entropy")
+            entropy = metrics.get(_collapse_key(metrics, "answer_entropy"))
             self.baseline_entropy = entropy if entropy is not None and entropy >= MIN_BASELINE_ENTROPY else None
         lines, flags = [], {}
         share = metrics.get("signal/group_share")
@@ -137,19 +140,24 @@ class SignalAlarm:
         if metrics.get("signal/format_rate", 1.0) < MIN_FORMAT_RATE:
             return {}
         reasons = {}
-        entropy = metrics.get("collapse/answer_entropy")
+        entropy = metrics.get(_collapse_key(metrics, "answer_entropy"))
         if entropy is not None and self.baseline_entropy is not None \
                 and entropy < ENTROPY_FRACTION * self.baseline_entropy:
             reasons["entropy"] = (f"answer entropy {entropy:.3f} nats < {ENTROPY_FRACTION:g} x the first step's "
                                   f"{self.baseline_entropy:.3f}")
-        favourite = metrics.get("collapse/favourite_share")
+        favourite = metrics.get(_collapse_key(metrics, "favourite_share"))
         if favourite is not None and favourite > FAVOURITE_SHARE:
             reasons["favourite"] = (f"{favourite:.0%} of a group's replies name its favourite answer "
                                     f"(> {FAVOURITE_SHARE:.0%})")
-        distinct = metrics.get("collapse/distinct_answers")
+        distinct = metrics.get(_collapse_key(metrics, "distinct_answers"))
         if distinct is not None and distinct < DISTINCT_ANSWERS:
             reasons["distinct"] = f"{distinct:.2f} distinct answers per group (< {DISTINCT_ANSWERS:g})"
         return reasons
+
+
+def _collapse_key(metrics: dict[str, float], name: str) -> str:
+    """``collapse/moves/<name>`` where the step's batch mixed single moves and whole games, else ``collapse/<name>``."""
+    return f"collapse/moves/{name}" if f"collapse/moves/{name}" in metrics else f"collapse/{name}"
 
 
 def _equal_share(metrics: dict[str, float]) -> str:

@@ -6,7 +6,8 @@
 
 Training metrics are lines (per step); ``--val CASES`` adds one panel per case with verl's greedy held-out
 validation (``val-core/<source>/<case>/reward/mean@1``) as markers; a mixed run logs single moves and whole games
-of one case under two sources, so name the one to plot: ``--val openspiel-game/tic_tac_toe``. ``--curve NAME=exploitability_curve.json``
+of one case under two sources, so name the one to plot: ``--val openspiel-game/tic_tac_toe``.
+``--curve NAME=exploitability_curve.json``
 (the recipe's curve stage, ``verl_ext.evaluation.exploitability_curve``; repeat per run) adds one panel per poker
 case with each run's exact exploitability over the GRPO steps and the uniform random policy's as a dashed line:
 

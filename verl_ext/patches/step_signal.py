@@ -158,7 +158,8 @@ def replies_of(batch: Any, data: Any) -> list[Reply]:
         replies.append(Reply(group=str(uid), reward=reward, answer=_answer(scored),
                              format_ok=_number(scored.get("format_ok")), valid=_number(scored.get("valid")),
                              case=str(info.get("case", "")) if isinstance(info, Mapping) else "",
-                             **{key: _number(scored.get(key)) for key in TACTIC_FIELDS}))
+                             **{key: _number(scored.get(key)) for key in TACTIC_FIELDS},
+                             opening=_number(scored.get("game")) == 1.0))
     return replies
 
 
