@@ -165,7 +165,21 @@ def test_the_lr_arm_is_the_bycase_100_step_run_at_twice_its_learning_rate(tmp_pa
     configs = [OmegaConf.to_container(cfg) for cfg in (bycase, faster)]
     for config in configs:
         config["actor_rollout_ref"]["actor"]["optim"].pop("lr")
+        config["data"]["env"].pop("val_tasks_per_case")
     assert configs[0] == configs[1]
+    _val_games_hold_the_bycase_arms(bycase, faster)
+
+
+def _val_games_hold_the_bycase_arms(bycase, arm) -> None:
+    """The arm validates on 256 games a game, among them the bycase arm's 64 (the same task refs, so the same seeds
+    and games), which val_passes.py --baseline pairs."""
+    assert bycase.data.env.val_tasks_per_case == 64 and arm.data.env.val_tasks_per_case == 256
+    plans = []
+    for cfg in (bycase, arm):
+        env = OmegaConf.to_container(cfg.data.env, resolve=True)
+        env["openspiel"]["num_tasks_per_case"] = 400  # the workers' plan, smaller; the held-out seeds stay
+        plans.append({str(ref) for ref in EnvMixture(env, where="data.env").plan("val")})
+    assert len(plans[0]) == 128 and len(plans[1]) == 512 and plans[0] <= plans[1]
 
 
 def test_the_ladder_arm_gives_tic_tac_toe_three_opponent_strengths_and_leaves_connect_four_alone(tmp_path):
@@ -182,4 +196,6 @@ def test_the_ladder_arm_gives_tic_tac_toe_three_opponent_strengths_and_leaves_co
     configs = [OmegaConf.to_container(cfg) for cfg in (bycase, ladder)]
     for config in configs:
         config["data"]["env"]["openspiel"]["game"].pop("opponents_by_case")
+        config["data"]["env"].pop("val_tasks_per_case")
     assert configs[0] == configs[1]
+    _val_games_hold_the_bycase_arms(bycase, ladder)
