@@ -199,3 +199,26 @@ def test_the_ladder_arm_gives_tic_tac_toe_three_opponent_strengths_and_leaves_co
         config["data"]["env"].pop("val_tasks_per_case")
     assert configs[0] == configs[1]
     _val_games_hold_the_bycase_arms(bycase, ladder)
+
+
+def test_the_four_gpu_plan_is_a_two_by_two_of_learning_rate_and_tic_tac_toe_opponents(tmp_path):
+    """On four GPUs: the control with the arms' 256 validation games, lr 6e-5, the ladder, and both; each cell
+    differs from the control in its own keys only."""
+    grpo = {run: compose("ppo_trainer", overrides_of(dry_run(tmp_path, run, run_dir="same")["grpo"][0]))
+            for run in ("bycase-val256-grpo100", "bycase-lr6e5-grpo100", "bycase-ladder-grpo100",
+                        "bycase-lr6e5-ladder-grpo100")}
+    for cfg in grpo.values():
+        assert check_ppo(cfg, check_imports=False) == [] and cfg.data.env.val_tasks_per_case == 256
+    lrs = {run: float(cfg.actor_rollout_ref.actor.optim.lr) for run, cfg in grpo.items()}
+    assert lrs == {"bycase-val256-grpo100": 3e-5, "bycase-lr6e5-grpo100": 6e-5, "bycase-ladder-grpo100": 3e-5,
+                   "bycase-lr6e5-ladder-grpo100": 6e-5}
+    ladders = {run: OmegaConf.to_container(cfg.data.env.openspiel.game.opponents_by_case)
+               for run, cfg in grpo.items()}
+    assert ladders["bycase-ladder-grpo100"] == ladders["bycase-lr6e5-ladder-grpo100"]
+    assert ladders["bycase-ladder-grpo100"] != ladders["bycase-val256-grpo100"]
+    assert ladders["bycase-val256-grpo100"] == ladders["bycase-lr6e5-grpo100"]
+    configs = {run: OmegaConf.to_container(cfg) for run, cfg in grpo.items()}
+    for config in configs.values():
+        config["actor_rollout_ref"]["actor"]["optim"].pop("lr")
+        config["data"]["env"]["openspiel"]["game"].pop("opponents_by_case")
+    assert len({repr(config) for config in configs.values()}) == 1
