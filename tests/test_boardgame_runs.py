@@ -148,28 +148,6 @@ def test_the_tactical_mix_arm_adds_one_ply_positions_to_the_bycase_games(tmp_pat
     assert len(val_games) == 128 and sum(val_games) >= 110
 
 
-def _bycase_grpo100_and(tmp_path: Path, run: str) -> tuple[dict, dict]:
-    """The composed GRPO configs of the bycase 100-step arm and of ``run``, from one run folder."""
-    configs = [compose("ppo_trainer", overrides_of(dry_run(tmp_path, name, run_dir="same")["grpo"][0]))
-               for name in ("bycase-grpo100", run)]
-    assert check_ppo(configs[1], check_imports=False) == []
-    return configs[0], configs[1]
-
-
-def test_the_lr_arm_is_the_bycase_100_step_run_at_twice_its_learning_rate(tmp_path):
-    """smollm2-boardgames-bycase-lr6e5-grpo100.env: actor lr 6e-5 against 3e-5, nothing else changed (its
-    validation games are the bycase arm's by seed, so val_passes.py --baseline pairs them)."""
-    bycase, faster = _bycase_grpo100_and(tmp_path, "bycase-lr6e5-grpo100")
-    assert float(bycase.actor_rollout_ref.actor.optim.lr) == 3e-5
-    assert float(faster.actor_rollout_ref.actor.optim.lr) == 6e-5
-    configs = [OmegaConf.to_container(cfg) for cfg in (bycase, faster)]
-    for config in configs:
-        config["actor_rollout_ref"]["actor"]["optim"].pop("lr")
-        config["data"]["env"].pop("val_tasks_per_case")
-    assert configs[0] == configs[1]
-    _val_games_hold_the_bycase_arms(bycase, faster)
-
-
 def _val_games_hold_the_bycase_arms(bycase, arm) -> None:
     """The arm validates on 256 games a game, among them the bycase arm's 64 (the same task refs, so the same seeds
     and games), which val_passes.py --baseline pairs."""
@@ -184,8 +162,9 @@ def _val_games_hold_the_bycase_arms(bycase, arm) -> None:
 
 def test_the_ladder_arm_gives_tic_tac_toe_three_opponent_strengths_and_leaves_connect_four_alone(tmp_path):
     """smollm2-boardgames-bycase-ladder-grpo100.env: tic_tac_toe's games against random, MCTS(5) and MCTS(50), a
-    third each, as the workers draw them; connect_four's random and MCTS(5) and every other setting unchanged."""
-    bycase, ladder = _bycase_grpo100_and(tmp_path, "bycase-ladder-grpo100")
+    third each, as the workers draw them; connect_four's random and MCTS(5) (every other setting: the 2 x 2 test
+    below)."""
+    ladder = compose("ppo_trainer", overrides_of(dry_run(tmp_path, "bycase-ladder-grpo100")["grpo"][0]))
     env = OmegaConf.to_container(ladder.data.env, resolve=True)
     settings = EnvMixture(env, where="data.env").adapters["openspiel"].game_settings
     shares = settings.opponent_mixture_at("game", "tic_tac_toe").shares()
@@ -193,22 +172,20 @@ def test_the_ladder_arm_gives_tic_tac_toe_three_opponent_strengths_and_leaves_co
     assert settings.opponent_mixture_at("game", "connect_four").shares() == {"random": 0.5, "mcts:5": 0.5}
     drawn = {settings.opponent_for(seed, "tic_tac_toe").label for seed in range(200)}
     assert {"random", "mcts:5", "mcts:50"} <= drawn
-    configs = [OmegaConf.to_container(cfg) for cfg in (bycase, ladder)]
-    for config in configs:
-        config["data"]["env"]["openspiel"]["game"].pop("opponents_by_case")
-        config["data"]["env"].pop("val_tasks_per_case")
-    assert configs[0] == configs[1]
-    _val_games_hold_the_bycase_arms(bycase, ladder)
 
 
-def test_the_four_gpu_plan_is_a_two_by_two_of_learning_rate_and_tic_tac_toe_opponents(tmp_path):
-    """On four GPUs: the control with the arms' 256 validation games, lr 6e-5, the ladder, and both; each cell
+def test_the_next_arms_are_a_two_by_two_of_learning_rate_and_tic_tac_toe_opponents(tmp_path):
+    """The next session's arms: lr 6e-5 (smollm2-boardgames-bycase-lr6e5-grpo100.env), the ladder, both, and on
+    four GPUs the control with the arms' 256 validation games; the control is the bycase 100-step run with those
+    256 games only (its 64 among them, so val_passes.py --baseline pairs with the earlier runs), and each cell
     differs from the control in its own keys only."""
     grpo = {run: compose("ppo_trainer", overrides_of(dry_run(tmp_path, run, run_dir="same")["grpo"][0]))
-            for run in ("bycase-val256-grpo100", "bycase-lr6e5-grpo100", "bycase-ladder-grpo100",
+            for run in ("bycase-grpo100", "bycase-val256-grpo100", "bycase-lr6e5-grpo100", "bycase-ladder-grpo100",
                         "bycase-lr6e5-ladder-grpo100")}
+    bycase = grpo.pop("bycase-grpo100")
     for cfg in grpo.values():
         assert check_ppo(cfg, check_imports=False) == [] and cfg.data.env.val_tasks_per_case == 256
+    assert float(bycase.actor_rollout_ref.actor.optim.lr) == 3e-5
     lrs = {run: float(cfg.actor_rollout_ref.actor.optim.lr) for run, cfg in grpo.items()}
     assert lrs == {"bycase-val256-grpo100": 3e-5, "bycase-lr6e5-grpo100": 6e-5, "bycase-ladder-grpo100": 3e-5,
                    "bycase-lr6e5-ladder-grpo100": 6e-5}
@@ -217,6 +194,12 @@ def test_the_four_gpu_plan_is_a_two_by_two_of_learning_rate_and_tic_tac_toe_oppo
     assert ladders["bycase-ladder-grpo100"] == ladders["bycase-lr6e5-ladder-grpo100"]
     assert ladders["bycase-ladder-grpo100"] != ladders["bycase-val256-grpo100"]
     assert ladders["bycase-val256-grpo100"] == ladders["bycase-lr6e5-grpo100"]
+    control = [OmegaConf.to_container(cfg) for cfg in (bycase, grpo["bycase-val256-grpo100"])]
+    for config in control:
+        config["data"]["env"].pop("val_tasks_per_case")
+    assert control[0] == control[1]
+    for arm in ("bycase-lr6e5-grpo100", "bycase-ladder-grpo100"):
+        _val_games_hold_the_bycase_arms(bycase, grpo[arm])
     configs = {run: OmegaConf.to_container(cfg) for run, cfg in grpo.items()}
     for config in configs.values():
         config["actor_rollout_ref"]["actor"]["optim"].pop("lr")

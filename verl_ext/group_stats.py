@@ -121,8 +121,9 @@ def _collapse(groups: list[list[Reply]]) -> dict[str, float]:
     for case, counts in sorted(by_case.items(), key=lambda item: -sum(item[1].values()))[:MAX_CASES]:
         named = [n for answer, n in counts.items() if answer != NO_ANSWER_ID]
         metrics[f"collapse/favourite_share/{case_name(case)}"] = max(named, default=0) / sum(counts.values())
-    openings = [answers for group, answers in answered if any(reply.opening for reply in group)]
-    moves = [answers for group, answers in answered if not any(reply.opening for reply in group)]
+    openings, moves = [], []
+    for group, answers in answered:
+        (openings if any(reply.opening for reply in group) else moves).append(answers)
     if openings and moves:
         spread = _answer_spread(moves)
         metrics.update({f"collapse/moves/{key}": spread[key]
