@@ -205,3 +205,20 @@ def test_the_next_arms_are_a_two_by_two_of_learning_rate_and_tic_tac_toe_opponen
         config["actor_rollout_ref"]["actor"]["optim"].pop("lr")
         config["data"]["env"]["openspiel"]["game"].pop("opponents_by_case")
     assert len({repr(config) for config in configs.values()}) == 1
+
+
+def test_the_cold_start_eval_run_judges_the_cold_start_as_the_arms_judge_their_models(tmp_path):
+    """smollm2-boardgames-coldstart-eval.env: no GRPO, the arms' eval (same suites, games, opponents, retries and
+    256 held-out positions) with the cold start as its one trained model, beside the scripted random mover."""
+    alone = dry_run(tmp_path, "coldstart-eval")
+    assert list(alone) == ["eval", "plot"]
+    arm = dry_run(tmp_path, "bycase-lr6e5-grpo100")["eval"][0]
+    argv = alone["eval"][0]
+    args, _ = parse_args(argv[argv.index("eval") + 1:])
+    arm_args, _ = parse_args(arm[arm.index("eval") + 1:])
+    assert [m.split("=")[0] for m in args.models] == ["sft", "random"]
+    assert args.models[0].split("=", 1)[1].endswith("sft_hf")
+    for key in ("suites", "games_per_case", "opponents", "game_context", "illegal_retries", "max_new_tokens",
+                "temperature", "seed"):
+        assert getattr(args, key) == getattr(arm_args, key), key
+    assert "val_tasks_per_case=256" in argv and "val_tasks_per_case=256" in arm
