@@ -222,3 +222,18 @@ def test_the_cold_start_eval_run_judges_the_cold_start_as_the_arms_judge_their_m
                 "temperature", "seed"):
         assert getattr(args, key) == getattr(arm_args, key), key
     assert "val_tasks_per_case=256" in argv and "val_tasks_per_case=256" in arm
+
+
+def test_the_entropy_arm_is_the_lr6e5_arm_with_an_entropy_bonus(tmp_path):
+    """smollm2-boardgames-bycase-lr6e5-ent01-grpo100.env: the lr 6e-5 arm whose entropy halved in 70 steps, with
+    actor.entropy_coeff 0.01 and nothing else changed."""
+    arms = {run: compose("ppo_trainer", overrides_of(dry_run(tmp_path, run, run_dir="same")["grpo"][0]))
+            for run in ("bycase-lr6e5-grpo100", "bycase-lr6e5-ent01-grpo100")}
+    entropy = arms["bycase-lr6e5-ent01-grpo100"]
+    assert check_ppo(entropy, check_imports=False) == []
+    assert float(entropy.actor_rollout_ref.actor.entropy_coeff) == 0.01
+    assert float(arms["bycase-lr6e5-grpo100"].actor_rollout_ref.actor.entropy_coeff) == 0.0
+    configs = [OmegaConf.to_container(cfg) for cfg in arms.values()]
+    for config in configs:
+        config["actor_rollout_ref"]["actor"].pop("entropy_coeff")
+    assert configs[0] == configs[1]
