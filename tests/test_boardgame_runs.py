@@ -237,3 +237,17 @@ def test_the_entropy_arm_is_the_lr6e5_arm_with_an_entropy_bonus(tmp_path):
     for config in configs:
         config["actor_rollout_ref"]["actor"].pop("entropy_coeff")
     assert configs[0] == configs[1]
+
+
+def test_the_tactics_arm_is_the_val256_control_with_a_tactics_term_the_reward_reads(tmp_path):
+    """smollm2-boardgames-bycase-tactics-grpo100.env: the lr 3e-5 control with game.tactics_weight 0.3 and nothing
+    else changed; the workers' adapter (and so the reward's) carries the weight."""
+    arms = {run: compose("ppo_trainer", overrides_of(dry_run(tmp_path, run, run_dir="same")["grpo"][0]))
+            for run in ("bycase-val256-grpo100", "bycase-tactics-grpo100")}
+    tactics = arms["bycase-tactics-grpo100"]
+    assert check_ppo(tactics, check_imports=False) == []
+    env = OmegaConf.to_container(tactics.data.env, resolve=True)
+    assert EnvMixture(env, where="data.env").adapters["openspiel"].game_settings.tactics_weight == 0.3
+    configs = [OmegaConf.to_container(cfg) for cfg in arms.values()]
+    configs[1]["data"]["env"]["openspiel"]["game"].pop("tactics_weight")
+    assert configs[0] == configs[1]

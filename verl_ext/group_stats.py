@@ -19,10 +19,11 @@
   (``favourite_share``, ``groups``). A cold start that opens every game alike gives the openings a favourite share
   of 1.0 from step 1, which in the pooled mean rises and falls with the batch's share of games; the collapse
   alarm reads the single moves' own (2026-11-28 tactical-mix run: pooled 0.82-0.90, single moves 0.51-0.73).
-- ``tactics/*`` over single moves of two-player games (``verl_ext/envs/tactics.py``): ``win_taken`` (where a move
-  won at once, the share of replies that played one) and ``blocked`` (where the opponent threatened to win at
-  once, the share that stopped it), pooled and per case (``tactics/win_taken/<case>``): does the policy read the
-  board, beyond the favourite-move share.
+- ``tactics/*`` over single moves and whole games of two-player games (``verl_ext/envs/tactics.py``):
+  ``win_taken`` (where a move won at once, the share of replies / game turns that played one) and ``blocked``
+  (where the opponent threatened to win at once, the share that stopped it), pooled and per case
+  (``tactics/win_taken/<case>``): does the policy read the board, beyond the favourite-move share. A single
+  move's extras are 0/1 flags, a whole game's counts over its turns; both are summed.
 
 Answers are the reward's canonical answers (``answer_id`` in the reward extras, ``verl_ext/envs/answer.py``); a
 malformed reply is one more answer of its own, "no answer", so a group of malformed replies counts as collapsed.
@@ -58,7 +59,7 @@ class Reply:
     valid: float | None = None
     case: str = ""
     # one-ply tactics (the reward's extras, verl_ext/envs/tactics.py): a win on the board / taken, a threat to
-    # block / blocked, as 0/1; None where the reward reported none
+    # block / blocked, as 0/1 for a single move and as counts over a whole game's turns; None where not reported
     win_chance: float | None = None
     win_taken: float | None = None
     block_chance: float | None = None
@@ -150,7 +151,8 @@ def _answer_spread(groups: list[list[float]]) -> dict[str, float]:
 def _tactics(replies: list[Reply]) -> dict[str, float]:
     """``tactics/win_taken`` (of the replies with a win on the board, the share that took it) and
     ``tactics/blocked`` (of those facing a threat, the share that blocked it), pooled and per case, with the
-    counts they are shares of (``tactics/win_chances``, ``tactics/block_chances``); nothing without chances."""
+    counts they are shares of (``tactics/win_chances``, ``tactics/block_chances``); nothing without chances.
+    Each reply adds its count (a single move's 0/1, a game's turns)."""
     metrics: dict[str, float] = {}
     by_case: dict[str, list[Reply]] = defaultdict(list)
     for reply in replies:
@@ -159,16 +161,20 @@ def _tactics(replies: list[Reply]) -> dict[str, float]:
                                 sorted(by_case.items(), key=lambda item: -len(item[1]))[:MAX_CASES]]
     for suffix, scoped in scopes:
         for chance, done, name in (("win_chance", "win_taken", "win_taken"), ("block_chance", "blocked", "blocked")):
-            chances = [r for r in scoped if _flag(getattr(r, chance))]
+            counted = [(_count(getattr(r, chance)), _count(getattr(r, done))) for r in scoped]
+            chances = sum(c for c, _ in counted)
             if chances:
-                metrics[f"tactics/{name}{suffix}"] = sum(_flag(getattr(r, done)) for r in chances) / len(chances)
+                metrics[f"tactics/{name}{suffix}"] = sum(min(d, c) for c, d in counted) / chances
                 if not suffix:
-                    metrics[f"tactics/{chance}s"] = float(len(chances))
+                    metrics[f"tactics/{chance}s"] = float(chances)
     return metrics
 
 
-def _flag(value: float | None) -> bool:
-    return value is not None and math.isfinite(value) and value > 0.5
+def _count(value: float | None) -> int:
+    """A tactics extra as a count: a 0/1 flag or a game's count (rounded); 0 when missing or not finite."""
+    if value is None or not math.isfinite(value) or value <= 0:
+        return 0
+    return int(round(value))
 
 
 def case_name(case: str) -> str:

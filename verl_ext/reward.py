@@ -39,7 +39,7 @@ logger = logging.getLogger(__name__)
 # opening reply's (GameRecord.opening_move: the move's canonical answer, 0 for a rejected one), NOT_AN_OPENING where
 # another player moved first (the games of its group then start from different positions).
 # win_chance / win_taken / block_chance / blocked: one-ply tactics of a single move in a two-player game
-# (envs/tactics.py; 0 elsewhere), for the per-step tactics metrics.
+# (envs/tactics.py; 0 elsewhere) as 0/1, of a whole game as counts over its turns, for the per-step tactics metrics.
 METRIC_KEYS = ("score", "format_ok", "valid", "task_score", "failed", "reward_ms", "dataset_ms", "answer_id") \
     + TACTIC_KEYS + GAME_METRIC_KEYS
 NOT_AN_OPENING = -1.0  # a whole game's answer_id where the policy did not make the game's first decision
@@ -82,7 +82,13 @@ def _score_game_row(adapter: Any, info: Mapping[str, Any], started: float) -> di
     record = trusted_record(raw, adapter.utility_range(case), case, _rows_opponent(info))
     result = score_game(record, adapter.game_settings)
     return _result(result.score, result.format_rate, result.legal_rate, result.outcome, False, started,
-                   _dataset_ms(info), record)
+                   _dataset_ms(info), record, tactics=game_tactics(record))
+
+
+def game_tactics(record: GameRecord) -> dict[str, float]:
+    """A whole game's one-ply tactics as the tactics extras: counts over its turns (a single move's are 0/1)."""
+    return {"win_chance": float(record.win_chances), "win_taken": float(record.wins_taken),
+            "block_chance": float(record.block_chances), "blocked": float(record.blocks_made)}
 
 
 def _tactics(adapter: Any, case: str, state: str, result: Any) -> dict[str, float] | None:

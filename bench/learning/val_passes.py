@@ -95,8 +95,9 @@ def summarise(rows: list[dict[str, Any]], test_freq: int, texts: dict[tuple[Any,
             "engine_quiet": mean_interval([float(r.get("task_score") or 0.0) for r in quiet]),
             "legal": proportion(sum(1 for r in group if r.get("valid")), len(group)),
             "favourite": favourite, "favourite_share": count / max(1, sum(replies.values())),
-            "took_win": proportion(sum(1 for r in wins if r.get("win_taken")), len(wins)),
-            "blocked": proportion(sum(1 for r in blocks if r.get("blocked")), len(blocks)),
+            # a single move's tactics are 0/1 flags, a whole game's counts over its turns (since 2026-11-28 night)
+            "took_win": _tactic_share(group, "win_chance", "win_taken"),
+            "blocked": _tactic_share(group, "block_chance", "blocked"),
             # the engine score the pass loses on wins not taken and threats not blocked, over all its positions:
             # what taking every win / making every block would add at most (another move may be worth as much)
             "lost_to_missed_wins": _lost(wins, "win_taken", len(group)),
@@ -119,6 +120,12 @@ def _scores_by_pass(rows: list[dict[str, Any]]) -> dict[tuple[int, str], dict[in
 def _paired(mine: dict[int, float], theirs: dict[int, float]) -> dict[str, Any] | None:
     common = sorted(mine.keys() & theirs.keys())
     return paired_summary([mine[s] for s in common], [theirs[s] for s in common]) if common else None
+
+
+def _tactic_share(rows: list[dict[str, Any]], chance: str, done: str) -> dict[str, Any]:
+    """Of the chances (a single move's flag, a game's turns) the share played right, with its Wilson interval."""
+    pairs = [(int(round(float(r.get(chance) or 0))), int(round(float(r.get(done) or 0)))) for r in rows]
+    return proportion(sum(min(c, d) for c, d in pairs), sum(c for c, _ in pairs))
 
 
 def _lost(rows: list[dict[str, Any]], taken: str, n: int) -> float:

@@ -143,6 +143,12 @@ class Episode(Protocol):
         canonical answer as the env adapter's ``answer_key`` gives the single move (OpenSpiel: its action)."""
         ...
 
+    def move_tactics(self, move: str | None) -> dict[str, float] | None:
+        """The one-ply tactics of playing ``move`` (a legal move as ``check`` returns it; None: the turn ended
+        without a move, a forfeit) for the player to move: ``envs/tactics.py``'s flags (a win on the board /
+        taken, a threat to block / blocked, as 0/1); None where the game or position has none. Never raises."""
+        ...
+
     def play_bot(self, opponent: Opponent) -> str:
         """Let the bot ``opponent`` move for the player to move; returns the move played."""
         ...

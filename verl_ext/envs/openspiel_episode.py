@@ -16,6 +16,7 @@ from .bot_ties import TieBreakingMCTSBot
 from .cfr_policy import DEFAULT_SOLVER, cfr_policy
 from .episode import MoveCheck, Opponent
 from .openspiel_rules import legal_move_actions, load_game, normalised_return
+from .tactics import one_ply, tactic_flags
 
 if TYPE_CHECKING:
     from .openspiel_env import OpenSpielAdapter
@@ -86,6 +87,17 @@ class OpenSpielEpisode:
 
     def answer_key(self, move: str) -> str:
         return move_answer_key(legal_move_actions(self.state), move)
+
+    def move_tactics(self, move: str | None) -> dict[str, float] | None:
+        if self.state.is_terminal():
+            return None
+        try:
+            tactics = one_ply(self.case, self.state.serialize())
+            if tactics is None:
+                return None
+            return tactic_flags(tactics, None if move is None else legal_move_actions(self.state).get(move))
+        except Exception:  # noqa: BLE001 - a metric and a reward term: a game that cannot be analysed has none
+            return None
 
     def _bot(self, player: int, opponent: Opponent) -> pyspiel.Bot | TieBreakingMCTSBot:
         key = (player, opponent.label)

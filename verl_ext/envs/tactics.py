@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import pyspiel
 
-from .openspiel_env import load_game
+from .openspiel_rules import load_game
 
 
 # Positions with more legal moves are left out (None): the check plays every move and every reply (moves x replies

@@ -226,10 +226,22 @@ class Arena:
                 "forfeit_reasons": _count(r.forfeit for r in records if r.forfeit),
                 "by_seat": {str(s): {res: sum(result == res for result, r in zip(results, records) if r.seat == s)
                                      for res in RESULTS} for s in seats},
+                "tactics": _game_tactics(records, conf),
                 "samples": [r for g in group for r in g.replies][:SAMPLES_PER_MATCH],
                 "rejections": _rejections([r for g in group for r in g.rejections]),
             })
         return matches
+
+
+def _game_tactics(records: list[GameRecord], conf: float) -> dict[str, Any] | None:
+    """Over the games' model turns, the share of wins on the board taken and of threats blocked (one-ply tactics,
+    ``envs/tactics.py``); None in a game without them (no chance in any game)."""
+    win_chances = sum(r.win_chances for r in records)
+    block_chances = sum(r.block_chances for r in records)
+    if not win_chances and not block_chances:
+        return None
+    return {"win_taken": proportion(sum(r.wins_taken for r in records), win_chances, conf) if win_chances else None,
+            "blocked": proportion(sum(r.blocks_made for r in records), block_chances, conf) if block_chances else None}
 
 
 def game_return(record: GameRecord) -> float:

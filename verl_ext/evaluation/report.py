@@ -243,6 +243,7 @@ def markdown(results: dict[str, Any]) -> str:
             rows.append(row)
         lines += _table(header, rows)
         lines += _seat_lines(results, names)
+        lines += _game_tactics_lines(results, names)
         for skip in first["skipped"]:
             lines.append(f"\nSkipped {skip['case']} vs {skip['opponent']}: {skip['reason']}.")
         lines.append("")
@@ -282,6 +283,28 @@ def _seat_lines(results: dict[str, Any], names: list[str]) -> list[str]:
         rows.append(row)
     return ["", "By the model's seat (0 moves first), W/D/L:", ""] + _table(
         ["case", "opponent"] + [f"{m}: by seat" for m in names], rows)
+
+
+def _game_tactics_lines(results: dict[str, Any], names: list[str]) -> list[str]:
+    """Per match with one-ply tactics, each model's wins taken and threats blocked over its game turns. Empty for
+    results without them (written before they were counted, or games without such tactics)."""
+    first = results["models"][names[0]]["arena"]["matches"]
+    rows = []
+    for i, match in enumerate(first):
+        per_model = [results["models"][m]["arena"]["matches"][i].get("tactics") for m in names]
+        if not any(per_model):
+            continue
+        row = [match["case"], match["opponent"]]
+        for tactics in per_model:
+            tactics = tactics or {}
+            row += [rate_text(tactics.get("win_taken")), rate_text(tactics.get("blocked"))]
+        rows.append(row)
+    if not rows:
+        return []
+    header = ["case", "opponent"] + [f"{m}: {k}" for m in names for k in ("took the win", "blocked")]
+    return ["", "One-ply tactics in the games: of the model's turns with a win on the board, the share it took; of "
+            "those where the opponent threatened to win at once, the share it blocked (a forfeited turn counts as "
+            "missed).", ""] + _table(header, rows)
 
 
 def _rejection_lines(results: dict[str, Any], names: list[str]) -> list[str]:

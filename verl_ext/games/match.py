@@ -109,6 +109,13 @@ class GameRecord:
     # named (Episode.answer_key, as single moves count it), "" for a rejected reply; None where another player
     # moved first. The per-step collapse metrics of whole games read it.
     opening_move: str | None = None
+    # one-ply tactics of the policy's turns (envs/tactics.py, two-player games of perfect information): turns with
+    # a win on the board / where it took one, turns with a threat to block / where it blocked; a turn it forfeited
+    # counts as a chance missed. The reward's ``game.tactics_weight`` pays the share played right.
+    win_chances: int = 0
+    wins_taken: int = 0
+    block_chances: int = 0
+    blocks_made: int = 0
 
     @property
     def done(self) -> bool:
@@ -219,6 +226,8 @@ class Match:
         self._conversations[turn.player].append(said)
         turn.messages.append(said)
         if check.legal and check.move is not None:
+            if learner:
+                self._count_tactics(check.move)
             self.episode.play(check.move)
             self._end_turn(turn.player)
             if learner:
@@ -237,6 +246,7 @@ class Match:
             turn.messages.append(correction)
             return RETRY
         if learner:
+            self._count_tactics(None)
             self._turn = None
             record.result, record.forfeit = "loss", check.reason
             return FORFEIT
@@ -244,6 +254,16 @@ class Match:
         record.opponent_fallbacks += 1
         self._end_turn(turn.player)
         return FALLBACK
+
+    def _count_tactics(self, move: str | None) -> None:
+        """Add the ending turn's one-ply tactics (``move`` played, or None for a forfeit) to the record."""
+        flags = self.episode.move_tactics(move)
+        if flags:
+            record = self.record
+            record.win_chances += int(flags["win_chance"])
+            record.wins_taken += int(flags["win_taken"])
+            record.block_chances += int(flags["block_chance"])
+            record.blocks_made += int(flags["blocked"])
 
     def _end_turn(self, player: int) -> None:
         self._turns_taken[player] += 1

@@ -15,6 +15,8 @@ pays more than the game earned. ``trusted_record`` rebuilds the record from chec
   model_turns``, ``retries <= rejected <= model_turns``;
 - ``opponent`` is a string and, where the reward knows the row's seed, the opponent the row's game draws from
   its settings (``GameSettings.opponent_for``): a record cannot claim a game against a different opponent.
+- the one-ply tactics counts: ``wins_taken <= win_chances``, ``blocks_made <= block_chances``, at most one
+  chance per turn that ended in a move or a forfeit, and no more taken than moves played;
 - ``opening_move`` (read by the collapse metrics only) is absent, None or a string of at most
   ``MAX_OPENING_CHARS`` characters, and only in a record with at least one model turn.
 
@@ -34,10 +36,11 @@ from .match import GameRecord, result_from_returns
 
 RESULTS = ("win", "draw", "loss")
 COUNT_FIELDS = ("moves", "model_turns", "model_moves", "format_ok", "rejected", "retries", "model_tokens",
-                "opponent_replies", "opponent_rejected", "opponent_fallbacks")
+                "opponent_replies", "opponent_rejected", "opponent_fallbacks", "win_chances", "wins_taken",
+                "block_chances", "blocks_made")
 # Bounds every legitimate record meets: (smaller, larger).
 COUNT_BOUNDS = (("format_ok", "model_turns"), ("model_moves", "format_ok"), ("rejected", "model_turns"),
-                ("retries", "rejected"))
+                ("retries", "rejected"), ("wins_taken", "win_chances"), ("blocks_made", "block_chances"))
 _TOLERANCE = 1e-9
 MAX_OPENING_CHARS = 256  # a legal move's text; longer is not a move the episode accepted
 
@@ -68,6 +71,7 @@ def trusted_record(data: Any, utility: UtilityRange, case: str, opponent: str | 
         if counts[small] > counts[large]:
             raise RecordError(small, counts[small], f"more than {large}={counts[large]}")
     forfeit, truncated = _reason(data, "forfeit"), _reason(data, "truncated")
+    _check_tactics(counts, forfeited=forfeit is not None)
     result, returns = data.get("result"), data.get("returns")
     if returns is not None and not isinstance(returns, (list, tuple)) and hasattr(returns, "tolist"):
         returns = returns.tolist()  # a numpy array after a trip through a batch
@@ -97,6 +101,18 @@ def trusted_record(data: Any, utility: UtilityRange, case: str, opponent: str | 
                       result=None if truncated is not None else str(result), forfeit=forfeit, truncated=truncated,
                       returns=[float(r) for r in returns] if returns is not None else None,
                       normalised_return=normalised, opening_move=_opening(data, counts["model_turns"]), **counts)
+
+
+def _check_tactics(counts: dict[str, int], forfeited: bool) -> None:
+    """A turn has at most one tactic (a win to take, else a threat to block), and a taken win or a block is a move
+    played: chances <= the turns that end in a move or a forfeit, tactics played right <= moves played."""
+    chances = counts["win_chances"] + counts["block_chances"]
+    turns = counts["model_moves"] + int(forfeited)
+    if chances > turns:
+        raise RecordError("win_chances + block_chances", chances, f"more than the policy's turns ({turns})")
+    taken = counts["wins_taken"] + counts["blocks_made"]
+    if taken > counts["model_moves"]:
+        raise RecordError("wins_taken + blocks_made", taken, f"more than model_moves={counts['model_moves']}")
 
 
 def _opening(data: Mapping[str, Any], model_turns: int) -> str | None:

@@ -14,12 +14,14 @@ GAME_METRIC_KEYS = ("game", "win", "draw", "loss", "forfeit", "truncated", "game
 
 @dataclass(frozen=True)
 class GameScore:
-    """``score = (1 - fw - lw) * outcome + fw * format_rate + lw * legal_rate`` (fw/lw: format/legal weight)."""
+    """``score = (1 - fw - lw - tw) * outcome + fw * format_rate + lw * legal_rate + tw * tactics_rate``
+    (fw/lw/tw: format/legal/tactics weight)."""
 
     score: float
     outcome: float
     format_rate: float
     legal_rate: float
+    tactics_rate: float
 
 
 def outcome_value(record: GameRecord, truncated_reward: float) -> float:
@@ -31,15 +33,23 @@ def outcome_value(record: GameRecord, truncated_reward: float) -> float:
     return min(1.0, max(0.0, float(record.normalised_return)))
 
 
+def tactics_rate(record: GameRecord) -> float:
+    """The share of the policy's turns with a one-ply tactic (a win to take, a threat to block) that it played
+    right; 1.0 in a game without such a turn (nothing missed: meeting a threat is not better than not facing one)."""
+    chances = record.win_chances + record.block_chances
+    return (record.wins_taken + record.blocks_made) / chances if chances else 1.0
+
+
 def score_game(record: GameRecord, settings: GameSettings) -> GameScore:
     """The training reward of a finished (or truncated) game, in [0, 1]."""
     turns = max(1, record.model_turns)
     format_rate = record.format_ok / turns if record.model_turns else 0.0
     legal_rate = record.model_moves / turns if record.model_turns else 0.0
+    tactics = tactics_rate(record)
     outcome = outcome_value(record, settings.truncated_reward)
-    fw, lw = settings.format_weight, settings.legal_weight
-    score = (1.0 - fw - lw) * outcome + fw * format_rate + lw * legal_rate
-    return GameScore(min(1.0, max(0.0, score)), outcome, format_rate, legal_rate)
+    fw, lw, tw = settings.format_weight, settings.legal_weight, settings.tactics_weight
+    score = (1.0 - fw - lw - tw) * outcome + fw * format_rate + lw * legal_rate + tw * tactics
+    return GameScore(min(1.0, max(0.0, score)), outcome, format_rate, legal_rate, tactics)
 
 
 def game_metrics(record: GameRecord | None) -> dict[str, float]:
