@@ -178,3 +178,29 @@ def test_the_arena_reports_the_games_tactics():
     text = markdown({"settings": {"seed": 3, "confidence": 0.95, "games_per_case": 20},
                      "models": {"random": {"arena": results}}})
     assert "One-ply tactics in the games" in text and "random: blocked" in text
+
+
+class _BrokenTactics:
+    """An adapter whose episodes claim a block on a forfeit: the conformance suite must refuse it."""
+
+    def __init__(self, adapter):
+        self._adapter = adapter
+
+    def __getattr__(self, name):
+        return getattr(self._adapter, name)
+
+    def start_episode(self, case, seed, seat):
+        episode = self._adapter.start_episode(case, seed, seat)
+        real = episode.move_tactics
+        episode.move_tactics = lambda move: ({"win_chance": 0.0, "win_taken": 0.0, "block_chance": 1.0,
+                                              "blocked": 1.0} if move is None else real(move))
+        return episode
+
+
+def test_the_episode_conformance_suite_checks_move_tactics():
+    from verl_ext.envs.conformance import ConformanceError, check_episodes
+
+    env = _env()
+    check_episodes(env, "tic_tac_toe")
+    with pytest.raises(ConformanceError, match="move_tactics"):
+        check_episodes(_BrokenTactics(env), "tic_tac_toe")

@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 import random
 from collections.abc import Iterable
+from typing import Any
 
 from .base import EnvAdapter, Task
 from .episode import EpisodeEnv
+from .tactics import TACTIC_KEYS
 
 _LOOKALIKES = str.maketrans({"a": "\u0430", "c": "\u0441", "e": "\u0435", "o": "\u043e", "p": "\u0440",
                              "x": "\u0445", "B": "\u0412", "C": "\u0421", "R": "\u0420", "1": "\uff11"})
@@ -149,7 +151,8 @@ def check_episodes(adapter: EpisodeEnv, case: str, seeds: tuple[int, ...] = (0, 
     end the same way (chance resolved by the env, never a chance node to move); every prompt lists its legal
     moves and the answer format; each legal move written as an answer is legal; hostile replies never raise
     and are never legal; returns come per player, lie in the adapter's ``utility_range`` and normalise into
-    [0, 1] as that range does; the engine's reference move at the first turn, if the env has one, is legal.
+    [0, 1] as that range does; the engine's reference move at the first turn, if the env has one, is legal;
+    ``move_tactics`` answers None or well-formed one-ply flags at every turn.
     Games stop after ``max_moves``.
     """
     num_players = adapter.start_episode(case, seeds[0], 0).num_players
@@ -159,6 +162,22 @@ def check_episodes(adapter: EpisodeEnv, case: str, seeds: tuple[int, ...] = (0, 
             if first != second:
                 raise _fail(None, "episode determinism", f"{case} seed {seed} seat {seat}: the same seed and "
                             "replies gave a different game")
+
+
+def _check_move_tactics(episode: Any, case: str, move: str) -> None:
+    """``move_tactics`` (the game record's one-ply counts) answers None or 0/1 flags, a taken win or a block only
+    where there was one, for a legal move and for a forfeit (None), and never raises."""
+    for played in (move, None):
+        try:
+            flags = episode.move_tactics(played)
+        except Exception as err:  # noqa: BLE001 - nothing may escape
+            raise _fail(None, "episode tactics", f"{case}: move_tactics({played!r}) raised {err!r}")
+        if flags is None:
+            continue
+        if set(flags) != set(TACTIC_KEYS) or any(v not in (0.0, 1.0) for v in flags.values()) \
+                or flags["win_taken"] > flags["win_chance"] or flags["blocked"] > flags["block_chance"] \
+                or (played is None and (flags["win_taken"] or flags["blocked"])):
+            raise _fail(None, "episode tactics", f"{case}: move_tactics({played!r}) gave {flags!r}")
 
 
 def _play_episode(adapter: EpisodeEnv, case: str, seed: int, seat: int, max_moves: int) -> tuple:
@@ -190,6 +209,7 @@ def _play_episode(adapter: EpisodeEnv, case: str, seed: int, seat: int, max_move
                     raise _fail(None, "episode hostile output", f"{case}: {str(response)[:60]!r} raised {err!r}")
                 if verdict.legal:
                     raise _fail(None, "episode hostile output", f"{case}: {str(response)[:60]!r} passed as legal")
+        _check_move_tactics(episode, case, move)
         prompts.append(prompt)
         episode.play(move)
     returns = episode.returns()
