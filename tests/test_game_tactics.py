@@ -74,21 +74,26 @@ def test_a_retry_counts_once_and_a_forfeit_at_a_threat_counts_as_a_block_missed(
     assert score_game(forfeited.record, settings).score == score_game(missed.record, settings).score == 0.0
 
 
-def test_the_tactics_weight_discounts_what_the_outcome_earned_by_the_share_missed():
+def test_the_tactics_share_pays_the_share_played_right_in_a_game_played_out():
     settings = GameSettings(tactics_weight=0.3)
     record = GameRecord("tic_tac_toe", 0, 0, "random", result="win", normalised_return=1.0, model_turns=4,
                         model_moves=4, format_ok=4, win_chances=1, wins_taken=1, block_chances=3, blocks_made=2)
     assert tactics_rate(record) == 0.75
-    assert score_game(record, settings).score == pytest.approx(1.0 * (1 - 0.3 * 0.25))
+    assert score_game(record, settings).score == pytest.approx(0.7 + 0.3 * 0.75)
     quiet = GameRecord("tic_tac_toe", 0, 0, "random", result="draw", normalised_return=0.5, model_turns=4,
                        model_moves=4, format_ok=4)
-    assert score_game(quiet, settings).score == 0.5  # nothing missed: the outcome in full
+    assert score_game(quiet, settings).score == pytest.approx(0.7 * 0.5 + 0.3)  # nothing missed
     assert score_game(record, GameSettings()).score == 1.0  # off by default: the outcome alone
-    # a won game with an unpunished missed block pays less than a clean win, more than a draw
+    # a won game with an unpunished missed block pays less than a clean win; a lost game pays for its blocks
     sloppy = GameRecord("tic_tac_toe", 0, 0, "random", result="win", normalised_return=1.0, model_turns=4,
                         model_moves=4, format_ok=4, block_chances=1)
+    blocked_loss = GameRecord("tic_tac_toe", 0, 1, "mcts:50", result="loss", normalised_return=0.0, model_turns=4,
+                              model_moves=4, format_ok=4, block_chances=2, blocks_made=2)
+    missed_loss = GameRecord("tic_tac_toe", 0, 1, "mcts:50", result="loss", normalised_return=0.0, model_turns=3,
+                             model_moves=3, format_ok=3, block_chances=1)
     assert score_game(record, settings).score > score_game(sloppy, settings).score == pytest.approx(0.7)
-    assert score_game(sloppy, settings).score > score_game(quiet, settings).score
+    assert score_game(blocked_loss, settings).score == pytest.approx(0.3)
+    assert score_game(missed_loss, settings).score == 0.0
 
 
 def _forfeit(chances: int = 0) -> GameRecord:
@@ -96,21 +101,21 @@ def _forfeit(chances: int = 0) -> GameRecord:
                       model_moves=1, format_ok=1, rejected=1, win_chances=0, block_chances=chances)
 
 
-@pytest.mark.parametrize("tactics_weight", [0.0, 0.3, 1.0])
-def test_no_forfeit_or_loss_earns_anything_from_the_tactics_weight(tactics_weight):
-    """The loophole GRPO found in the first form of the term (an additive share of 0.3, 2026-11-28 night, one
-    H200): a game forfeited before any one-ply chance kept the whole share, 0.30 against 0.05 for a loss played
-    out, and tic_tac_toe forfeits rose from 0 to 24 % of the training games. Now a forfeit, a loss and a truncated
-    game earn exactly what they earn without the term (0 with the default weights), with or without chances."""
+@pytest.mark.parametrize("tactics_weight", [0.0, 0.3, 0.9])
+def test_ending_a_game_early_never_earns_from_the_tactics_share(tactics_weight):
+    """The loophole GRPO found when the share paid every game (2026-11-28 night, one H200): a game forfeited before
+    any one-ply chance kept the whole share, 0.30 against ~0.05 for a loss played out, and tic_tac_toe forfeits
+    rose from 0 to 21 % of the training games. Now a forfeit or a truncated game earns what it earns without the
+    term, never more than any game played out, and a loss played out earns at least what a forfeit does."""
     settings = GameSettings(tactics_weight=tactics_weight)
-    played_out = GameRecord("tic_tac_toe", 0, 1, "mcts:50", result="loss", normalised_return=0.0, model_turns=3,
-                            model_moves=3, format_ok=3, block_chances=2, blocks_made=2)
     truncated = GameRecord("tic_tac_toe", 0, 0, "random", truncated="response_budget", model_turns=1, format_ok=0)
-    for record in (_forfeit(), _forfeit(chances=1), played_out, truncated):
+    for record in (_forfeit(), _forfeit(chances=1), truncated):
         assert score_game(record, settings).score == 0.0
-    # with a truncated game paid as configured, the term only discounts that pay
     paid = GameSettings(tactics_weight=tactics_weight, truncated_reward=0.5)
-    assert score_game(truncated, paid).score == 0.5
+    assert score_game(truncated, paid).score == pytest.approx((1 - tactics_weight) * 0.5)
+    worst_loss = GameRecord("tic_tac_toe", 0, 1, "mcts:50", result="loss", normalised_return=0.0, model_turns=3,
+                            model_moves=3, format_ok=3, block_chances=2)
+    assert score_game(worst_loss, settings).score >= score_game(_forfeit(), settings).score
 
 
 @pytest.mark.parametrize("counts,field", [
@@ -149,7 +154,7 @@ def test_compute_score_pays_the_tactics_weight_and_reports_the_counts():
     plain = compute_score("openspiel", "", None, info)
     weighted = compute_score("openspiel", "", None, info, env_overrides={"openspiel": {"game": {
         "tactics_weight": 0.4}}})
-    assert plain["score"] == 1.0 and weighted["score"] == pytest.approx(1.0 - 0.4 * 0.5)
+    assert plain["score"] == 1.0 and weighted["score"] == pytest.approx(0.6 + 0.4 * 0.5)
     assert (weighted["block_chance"], weighted["blocked"], weighted["win_chance"]) == (2.0, 1.0, 0.0)
     assert weighted["failed"] == 0.0
 

@@ -28,8 +28,9 @@ class GameSettings:
     truncated_reward: float = 0.0     # outcome value of a game stopped by a cap or the token budget
     format_weight: float = 0.0        # share of the reward for the rate of well-formed replies
     legal_weight: float = 0.0         # share of the reward for the rate of legal replies
-    # how much of what the outcome earned a game loses when it missed every one-ply tactic (a win on the board, a
-    # threat to block; the loss is this times the share missed): a missed block the opponent did not punish costs
+    # share of the reward, in a game played to its end (no forfeit, no cap), for the one-ply tactics played right
+    # (wins on the board taken, threats blocked; 1.0 without such a turn): a missed block the opponent did not punish
+    # still costs, and a lost game still pays for the blocks it made
     tactics_weight: float = 0.0
 
     def validate(self, where: str) -> None:
@@ -48,15 +49,12 @@ class GameSettings:
                               f"(choose from {FOLLOWUP_PROMPTS})")
         if not 0.0 <= self.truncated_reward <= 1.0:
             raise ConfigError(f"{where}.truncated_reward: must be in [0, 1], got {self.truncated_reward!r}")
-        for key in ("format_weight", "legal_weight"):
+        for key in ("format_weight", "legal_weight", "tactics_weight"):
             if getattr(self, key) < 0.0:
                 raise ConfigError(f"{where}.{key}: must be >= 0, got {getattr(self, key)!r}")
-        if self.format_weight + self.legal_weight >= 1.0:
-            raise ConfigError(f"{where}.format_weight + legal_weight: must be < 1 (the rest rewards the outcome), "
-                              f"got {self.format_weight} + {self.legal_weight}")
-        if not 0.0 <= self.tactics_weight <= 1.0:
-            raise ConfigError(f"{where}.tactics_weight: must be in [0, 1] (the share of the outcome's pay a game "
-                              f"loses when it missed every one-ply tactic), got {self.tactics_weight!r}")
+        if self.format_weight + self.legal_weight + self.tactics_weight >= 1.0:
+            raise ConfigError(f"{where}.format_weight + legal_weight + tactics_weight: must be < 1 (the rest rewards "
+                              f"the outcome), got {self.format_weight} + {self.legal_weight} + {self.tactics_weight}")
 
     def opponent_mixture_at(self, where: str, case: str | None = None) -> OpponentMixture:
         """The opponents and their weights of ``case``'s games (its ``opponents_by_case`` entry, else the shared

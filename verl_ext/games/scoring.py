@@ -14,8 +14,8 @@ GAME_METRIC_KEYS = ("game", "win", "draw", "loss", "forfeit", "truncated", "game
 
 @dataclass(frozen=True)
 class GameScore:
-    """``score = (1 - fw - lw) * outcome * (1 - tw * missed_share) + fw * format_rate + lw * legal_rate``
-    (fw/lw: format/legal weight, tw: tactics weight; ``tactics_rate = 1 - missed_share``)."""
+    """``score = (1 - fw - lw - tw) * outcome + fw * format_rate + lw * legal_rate + tw * tactics_rate * played_out``
+    (fw/lw/tw: format/legal/tactics weight; ``played_out``: the game ended by its rules, not by a forfeit or a cap)."""
 
     score: float
     outcome: float
@@ -40,20 +40,27 @@ def tactics_rate(record: GameRecord) -> float:
     return (record.wins_taken + record.blocks_made) / chances if chances else 1.0
 
 
+def played_out(record: GameRecord) -> bool:
+    """Whether the game ended by its own rules: not forfeited, not stopped by a cap or the token budget."""
+    return record.forfeit is None and record.truncated is None and record.result is not None
+
+
 def score_game(record: GameRecord, settings: GameSettings) -> GameScore:
     """The training reward of a finished (or truncated) game, in [0, 1].
 
-    The tactics weight discounts what the outcome earned (a win with every chance missed pays ``1 - tw``); it never
-    pays on its own. An additive share did, and GRPO found it: a game forfeited before any chance kept the whole
-    share (0.30 against 0.05 for a loss played out) and tic_tac_toe forfeits rose from 0 to 24 % of the games by
-    step 70 (docs/runs/2026-11-28-h200-boardgames-tactics/)."""
+    The tactics share pays only a game played to its end. It paid every game once, and GRPO found it: a game
+    forfeited before any one-ply chance kept the whole share (0.30 against ~0.05 for a loss played out) and
+    tic_tac_toe forfeits rose from 0 to 21 % of the games (docs/runs/2026-11-28-h200-boardgames-tactics/). Now
+    ending a game early never pays more than playing it out, and a lost game still pays for the blocks it made."""
     turns = max(1, record.model_turns)
     format_rate = record.format_ok / turns if record.model_turns else 0.0
     legal_rate = record.model_moves / turns if record.model_turns else 0.0
     tactics = tactics_rate(record)
     outcome = outcome_value(record, settings.truncated_reward)
     fw, lw, tw = settings.format_weight, settings.legal_weight, settings.tactics_weight
-    score = (1.0 - fw - lw) * outcome * (1.0 - tw * (1.0 - tactics)) + fw * format_rate + lw * legal_rate
+    score = (1.0 - fw - lw - tw) * outcome + fw * format_rate + lw * legal_rate
+    if played_out(record):
+        score += tw * tactics
     return GameScore(min(1.0, max(0.0, score)), outcome, format_rate, legal_rate, tactics)
 
 
