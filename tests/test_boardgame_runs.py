@@ -251,3 +251,16 @@ def test_the_tactics_arm_is_the_val256_control_with_a_tactics_term_the_reward_re
     configs = [OmegaConf.to_container(cfg) for cfg in arms.values()]
     configs[1]["data"]["env"]["openspiel"]["game"].pop("tactics_weight")
     assert configs[0] == configs[1]
+
+
+def test_the_tactics_entropy_arm_is_the_tactics_arm_with_an_entropy_bonus(tmp_path):
+    """smollm2-boardgames-bycase-tactics-ent01-grpo100.env: the tactics arm with actor.entropy_coeff 0.01 only."""
+    arms = {run: compose("ppo_trainer", overrides_of(dry_run(tmp_path, run, run_dir="same")["grpo"][0]))
+            for run in ("bycase-tactics-grpo100", "bycase-tactics-ent01-grpo100")}
+    entropy = arms["bycase-tactics-ent01-grpo100"]
+    assert check_ppo(entropy, check_imports=False) == []
+    assert float(entropy.actor_rollout_ref.actor.entropy_coeff) == 0.01
+    configs = [OmegaConf.to_container(cfg) for cfg in arms.values()]
+    for config in configs:
+        config["actor_rollout_ref"]["actor"].pop("entropy_coeff")
+    assert configs[0] == configs[1]
