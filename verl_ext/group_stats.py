@@ -161,7 +161,7 @@ def _tactics(replies: list[Reply]) -> dict[str, float]:
                                 sorted(by_case.items(), key=lambda item: -len(item[1]))[:MAX_CASES]]
     for suffix, scoped in scopes:
         for chance, done, name in (("win_chance", "win_taken", "win_taken"), ("block_chance", "blocked", "blocked")):
-            counted = [(_count(getattr(r, chance)), _count(getattr(r, done))) for r in scoped]
+            counted = [(tactic_count(getattr(r, chance)), tactic_count(getattr(r, done))) for r in scoped]
             chances = sum(c for c, _ in counted)
             if chances:
                 metrics[f"tactics/{name}{suffix}"] = sum(min(d, c) for c, d in counted) / chances
@@ -170,8 +170,9 @@ def _tactics(replies: list[Reply]) -> dict[str, float]:
     return metrics
 
 
-def _count(value: float | None) -> int:
-    """A tactics extra as a count: a 0/1 flag or a game's count (rounded); 0 when missing or not finite."""
+def tactic_count(value: float | None) -> int:
+    """A tactics extra as a count: a 0/1 flag or a game's count (rounded); 0 when missing or not finite. The
+    sample-log readers (bench/learning/val_passes.py, ending_pay.py) read the extras with it too."""
     if value is None or not math.isfinite(value) or value <= 0:
         return 0
     return int(round(value))

@@ -3,10 +3,9 @@
 Per case and window of steps, the share of training games that ended as a win, a draw, a loss played out and a
 forfeit (an illegal or unparseable reply after the retries), with the mean reward each got and the share of them
 with a one-ply tactic missed (a win on the board not taken, a threat not blocked: what ``game.tactics_weight``
-charges). A way of ending that
-pays more than another the policy can choose instead is a loophole: the 2026-11-28 tactics run paid a forfeit
-0.30 against 0.05 for a loss played out, and its tic_tac_toe forfeits rose from 0 to 24 % of the games
-(docs/runs/2026-11-28-h200-boardgames-tactics/). Reads the run's sample log (plain or gzipped), no GPU, no model:
+charges). A way of ending that pays more than another the policy can choose instead is a loophole: the 2026-11-28
+tactics run paid a forfeit 0.30 against 0.05 for a loss played out, and its tic_tac_toe forfeits rose from 0 to 21 %
+of the games over steps 61-90 (docs/runs/2026-11-28-h200-boardgames-tactics/). Reads the run's sample log (plain or gzipped), no GPU, no model:
 
     python bench/learning/ending_pay.py runs/x/logs/grpo-*.samples.jsonl.gz [--window 10] [--out docs/runs/X/ending_pay]
 """
@@ -19,6 +18,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from verl_ext.group_stats import tactic_count
 from verl_ext.sample_view import log_lines
 
 ENDINGS = ("win", "draw", "loss played out", "forfeit", "truncated")
@@ -39,8 +39,8 @@ def ending_of(row: dict[str, Any]) -> str:
 
 def missed_tactic(row: dict[str, Any]) -> bool:
     """Whether the game had a one-ply chance (the reward's tactics counts) that the policy did not play right."""
-    chances = float(row.get("win_chance") or 0) + float(row.get("block_chance") or 0)
-    return chances > float(row.get("win_taken") or 0) + float(row.get("blocked") or 0)
+    chances = tactic_count(row.get("win_chance")) + tactic_count(row.get("block_chance"))
+    return chances > tactic_count(row.get("win_taken")) + tactic_count(row.get("blocked"))
 
 
 def tally(path: Path, window: int) -> dict[tuple[str, int], dict[str, list[tuple[float, bool]]]]:

@@ -30,6 +30,7 @@ from verl_ext.envs.answer import action_named_by
 from verl_ext.evaluation.paired import paired_summary
 from verl_ext.evaluation.report import change_text, rate_text, score_text, wdl_text
 from verl_ext.evaluation.stats import mean_interval, proportion
+from verl_ext.group_stats import tactic_count
 from verl_ext.sample_view import log_lines
 
 
@@ -124,7 +125,7 @@ def _paired(mine: dict[int, float], theirs: dict[int, float]) -> dict[str, Any] 
 
 def _tactic_share(rows: list[dict[str, Any]], chance: str, done: str) -> dict[str, Any]:
     """Of the chances (a single move's flag, a game's turns) the share played right, with its Wilson interval."""
-    pairs = [(int(round(float(r.get(chance) or 0))), int(round(float(r.get(done) or 0)))) for r in rows]
+    pairs = [(tactic_count(r.get(chance)), tactic_count(r.get(done))) for r in rows]
     return proportion(sum(min(c, d) for c, d in pairs), sum(c for c, _ in pairs))
 
 
