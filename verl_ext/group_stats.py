@@ -172,7 +172,7 @@ def _tactics(replies: list[Reply]) -> dict[str, float]:
 
 def tactic_count(value: float | None) -> int:
     """A tactics extra as a count: a 0/1 flag or a game's count (rounded); 0 when missing or not finite. The
-    sample-log readers (bench/learning/val_passes.py, ending_pay.py) read the extras with it too."""
+    sample-log readers (bench/learning/val_passes.py, ending_pay.py, tactic_pay.py) read the extras with it too."""
     if value is None or not math.isfinite(value) or value <= 0:
         return 0
     return int(round(value))
