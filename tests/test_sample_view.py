@@ -45,6 +45,39 @@ def test_two_replies_per_step_are_kept_and_every_line_knows_its_step(log):
     assert entries[0]["reply_chars"] == 7 and entries[0]["reply_cut"] == 0 and entries[0]["score"] == 0.5
 
 
+def test_the_texts_of_a_step_are_shared_among_its_cases(log, monkeypatch):
+    """The first 8 samples of a step used to keep their text: in a board-game run those were tic_tac_toe games,
+    which end first, and connect_four showed 24 games in 93 steps (docs/runs/2026-11-29-h200-boardgames-tactics-fixed/)."""
+    monkeypatch.setenv(sample_log.PER_STEP_VAR, "8")
+    monkeypatch.setenv(sample_log.TEXTS_VAR, "4")
+    order = ["tic_tac_toe"] * 6 + ["connect_four"] * 2 + ["tic_tac_toe"] * 5 + ["connect_four"] * 3
+    for i, case in enumerate(order):
+        sample_log.record({"split": "train", "case": case}, RESULT, f"{case} {i}")
+    kept = [(e["step"], e["case"]) for e in lines(log) if "reply" in e]
+    # step 1: tic_tac_toe alone fills its 4 before connect_four appears; connect_four then gets 4 // 2
+    assert kept == [(1, "tic_tac_toe")] * 4 + [(1, "connect_four")] * 2 + [(2, "tic_tac_toe")] * 2 \
+        + [(2, "connect_four")] * 2
+
+
+def test_more_cases_than_texts_take_turns_and_keep_the_step_bounded(log, monkeypatch):
+    monkeypatch.setenv(sample_log.PER_STEP_VAR, "6")  # the fixture keeps 2 texts a step
+    for i in range(6 * 5):
+        sample_log.record({"split": "train", "case": f"task{i % 6}"}, RESULT, str(i))
+    kept = [(e["step"], e["case"]) for e in lines(log) if "reply" in e]
+    later = [case for step, case in kept if step >= 2]
+    assert all(sum(step == s for step, _ in kept) <= 2 for s in range(2, 6))
+    assert {f"task{i}" for i in range(6)} <= set(later)  # every case shows within cases / texts steps
+
+
+def test_the_side_file_stays_small_with_thousands_of_case_names(tmp_path):
+    count_path = str(tmp_path / "run.samples.jsonl.count")
+    for i in range(3000):
+        position = sample_steps.claim(count_path, "train", 0.0, 100, f"case-{i}-" + "x" * 500)
+    assert position.cases == sample_steps.MAX_CASES and position.case_index == 0
+    assert len(Path(count_path).read_bytes()) < 65536
+    assert sample_steps.claim(count_path, "train", 0.0, 100, "case-2999-" + "x" * 500).block == 31
+
+
 def test_a_resumed_run_numbers_steps_after_its_checkpoint(log, monkeypatch):
     monkeypatch.setenv(sample_log.OFFSET_VAR, "50")
     for i in range(5):

@@ -7,8 +7,9 @@ appends ``{"time", "split", "env", "case"}``, the task's ``seed`` and row ``inde
 pair a held-out position's replies across validation passes) and every metric of ``verl_ext.reward.METRIC_KEYS``
 (score, valid, format_ok, failed, reward_ms, dataset_ms, and the full-game counts: game, win, draw, loss, ...).
 
-Reply text: the first ``VERL_EXT_SAMPLE_TEXTS`` samples (default 8; 0: none) of every step (validation: of every
-validation pass) also keep the reply, cut to ``VERL_EXT_SAMPLE_TEXT_CHARS`` characters (default 2,000: head and
+Reply text: ``VERL_EXT_SAMPLE_TEXTS`` samples (default 8; 0: none) of every step (validation: of every validation
+pass), shared among the cases seen so far (the first ``texts // cases`` of each case; with more cases than texts,
+one sample of ``texts`` cases a step, in turn), also keep the reply, cut to ``VERL_EXT_SAMPLE_TEXT_CHARS`` characters (default 2,000: head and
 tail around a ``[... N chars cut ...]`` marker; full-game rows, whose reply is the whole conversation, keep mostly
 the tail), with ``reply_chars`` (its length) and ``reply_cut`` (characters cut). Lines also carry ``block`` (the
 step or validation pass, counted in this log) and, for training samples when ``VERL_EXT_SAMPLES_PER_STEP`` is
@@ -59,15 +60,15 @@ def _int_setting(name: str, default: int) -> int:
         return default
 
 
-def _position(path: str, split: str, now: float) -> tuple[dict[str, int], bool]:
-    """This sample's ``block``/``step`` fields and whether it keeps its reply text."""
+def _position(path: str, split: str, now: float, case: str = "") -> tuple[dict[str, int], bool]:
+    """This sample's ``block``/``step`` fields and whether it keeps its reply text (``_keeps_text``)."""
     global _steps_disabled
     texts = _int_setting(TEXTS_VAR, DEFAULT_TEXTS)
     if _steps_disabled:
         return {}, False
     per_step = _int_setting(PER_STEP_VAR, 0) if split == "train" else 0
     try:
-        position = sample_steps.claim(path + ".count", split or "?", now, per_step or None)
+        position = sample_steps.claim(path + ".count", split or "?", now, per_step or None, case)
     except Exception:  # a file system without flock, a read-only folder: keep the metric lines, drop the rest
         _steps_disabled = True
         logger.warning("could not count samples in %s.count; sample steps and reply texts are off for this process",
@@ -76,7 +77,19 @@ def _position(path: str, split: str, now: float) -> tuple[dict[str, int], bool]:
     fields = {"block": position.block}
     if per_step:
         fields["step"] = position.block + _int_setting(OFFSET_VAR, 0)
-    return fields, position.index < texts
+    return fields, _keeps_text(position, texts)
+
+
+def _keeps_text(position: sample_steps.Position, texts: int) -> bool:
+    """The step's (or pass's) ``texts`` are shared among the cases seen so far, so that a case whose samples are
+    scored last (connect_four games end after tic_tac_toe ones) still shows its replies: ``texts // cases`` of
+    each, or with more cases than texts, the first sample of ``texts`` cases a step, in turn."""
+    if texts <= 0:
+        return False
+    if position.cases <= texts:
+        return position.case_index < texts // position.cases
+    turns = -(-position.cases // texts)  # steps until every case has had its turn
+    return position.case_index == 0 and (position.case_rank + position.block) % turns == 0
 
 
 def _reply_fields(info: Mapping[str, Any], reply: Any) -> dict[str, Any]:
@@ -112,7 +125,7 @@ def record(info: Mapping[str, Any], result: Mapping[str, float], reply: Any = No
             value = info.get(key)
             if isinstance(value, int) and not isinstance(value, bool):
                 entry[key] = value
-        fields, keep_text = _position(path, split, now)
+        fields, keep_text = _position(path, split, now, entry["case"])
         entry.update(fields)
         limit = _MAX_LINE_BYTES
         if keep_text:

@@ -26,12 +26,22 @@ _fds: dict[tuple[int, str], int] = {}  # (pid, path): a forked child opens its o
 _thread_lock = threading.Lock()
 
 
+MAX_CASES = 128  # case names the side file remembers (it is read whole under the lock: keep it small)
+MAX_CASE_CHARS = 64
+
+
 @dataclass(frozen=True)
 class Position:
-    """A sample's place: its ``block`` (1-based in this log) and its ``index`` in that block (0-based)."""
+    """A sample's place: its ``block`` (1-based in this log), its ``index`` in that block (0-based), its
+    ``case_index`` among the samples of its case in that block (0-based), ``cases``, the number of cases of its
+    split seen in the log so far (itself included; at most ``MAX_CASES``), and ``case_rank``, its case's place in
+    the order they were first seen (0-based)."""
 
     block: int
     index: int
+    case_index: int = 0
+    cases: int = 1
+    case_rank: int = 0
 
 
 def _fd(path: str) -> int:
@@ -43,14 +53,32 @@ def _fd(path: str) -> int:
     return fd
 
 
-def claim(count_path: str, split: str, now: float, per_step: int | None) -> Position:
-    """Count one sample of ``split`` and return its position (raises OSError/ValueError when the side file
-    cannot be used)."""
+def claim(count_path: str, split: str, now: float, per_step: int | None, case: str = "") -> Position:
+    """Count one sample of ``split`` (and of ``case`` within its block) and return its position (raises
+    OSError/ValueError when the side file cannot be used)."""
     with _thread_lock:
-        return _claim_locked(_fd(count_path), split, now, per_step)
+        return _claim_locked(_fd(count_path), split, now, per_step, case[:MAX_CASE_CHARS])
 
 
-def _claim_locked(fd: int, split: str, now: float, per_step: int | None) -> Position:
+def _count_case(state: dict, split: str, block: int, case: str) -> tuple[int, int, int]:
+    """This sample's index among its case's samples in ``block``, the number of cases seen so far and its
+    case's rank among them."""
+    key = f"{split}/cases"
+    cases = state.get(key)
+    if not isinstance(cases, dict):
+        cases = {}
+    counts = cases.get("counts") if cases.get("block") == block and isinstance(cases.get("counts"), dict) else {}
+    seen = cases.get("seen") if isinstance(cases.get("seen"), list) else []
+    if case not in seen and len(seen) < MAX_CASES:
+        seen.append(case)
+    case_index = int(counts.get(case, 0))
+    if case in counts or len(counts) < MAX_CASES:
+        counts[case] = case_index + 1
+    state[key] = {"block": block, "counts": counts, "seen": seen}
+    return case_index, max(1, len(seen)), seen.index(case) if case in seen else len(seen)
+
+
+def _claim_locked(fd: int, split: str, now: float, per_step: int | None, case: str = "") -> Position:
     fcntl.flock(fd, fcntl.LOCK_EX)
     try:
         raw = os.pread(fd, 65536, 0).decode()
@@ -65,9 +93,10 @@ def _claim_locked(fd: int, split: str, now: float, per_step: int | None) -> Posi
         else:
             index += 1
         state[split] = [count + 1, block, index, now]
+        case_index, cases, case_rank = _count_case(state, split, block, case)
         data = json.dumps(state).encode()
         os.ftruncate(fd, 0)
         os.pwrite(fd, data, 0)
     finally:
         fcntl.flock(fd, fcntl.LOCK_UN)
-    return Position(block, index)
+    return Position(block, index, case_index, cases, case_rank)

@@ -1,0 +1,195 @@
+"""Which connect_four threats a GRPO policy blocks in its training games, by the line the threat would complete.
+
+``tactic_pay.py`` counts games; this looks at single turns, in the games whose text the sample log kept
+(``VERL_EXT_SAMPLE_TEXTS`` per step). Each such turn shows the board. The script rebuilds the position in OpenSpiel
+from the board text, then finds the one-ply threat (``verl_ext.envs.tactics.one_ply``: some moves let the opponent
+win at once, some do not). It classifies the threat by the line the opponent's winning reply would complete:
+vertical (a column), horizontal (a row), diagonal, or several. It records whether the reply blocked it.
+
+OpenSpiel prints the board row by row. A horizontal line is therefore a run of characters on one line of the
+prompt, and a vertical one is the same character at the same offset on consecutive lines. A small model may read
+one and not the other (``win_lines.py`` found this for wins on held-out single moves).
+
+The first turn of each game is not in the log: the reply starts after the prompt. A turn that follows a rejected
+reply is skipped. Reads the run's sample log (plain or gzipped); needs no GPU and no model:
+
+    python bench/learning/block_lines.py runs/x/logs/grpo-*.samples.jsonl.gz [--window 30] [--out docs/runs/X/block_lines]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import pyspiel
+
+from verl_ext.envs.openspiel_rules import load_game
+from verl_ext.envs.tactics import one_ply
+from verl_ext.sample_view import log_lines
+
+CASE = "connect_four"
+ROWS, COLUMNS = 6, 7
+MARKS = ("x", "o")  # player 0, player 1 in OpenSpiel's board text
+LINES = ("vertical", "horizontal", "diagonal", "several")
+_SEAT = re.compile(r"as player (\d) of 2")
+_BOARD = re.compile(r"Current state:\n((?:[.xo]{7}\n){6})")
+_ANSWER = re.compile(r"<answer>\s*x?o?(\d)\s*</answer>")
+
+
+def history_of(board: list[str], to_move: int) -> list[int] | None:
+    """A move order (columns) that reaches ``board`` (rows top first) with ``to_move`` to play, or None when no
+    legal order does. Any order serves: a position before the game's end holds no finished line."""
+    columns = ["".join(board[row][col] for row in range(ROWS - 1, -1, -1)) for col in range(COLUMNS)]
+    if any("." in column.rstrip(".") for column in columns):  # a piece above an empty cell
+        return None
+    stacks = [list(column.rstrip(".")) for column in columns]
+    counts = [sum(col.count(mark) for col in stacks) for mark in MARKS]
+    if counts[0] - counts[1] != to_move:
+        return None
+    heights = [0] * COLUMNS
+    order: list[int] = []
+
+    def place(player: int) -> bool:
+        if len(order) == counts[0] + counts[1]:
+            return True
+        for col in range(COLUMNS):
+            if heights[col] < len(stacks[col]) and stacks[col][heights[col]] == MARKS[player]:
+                heights[col] += 1
+                order.append(col)
+                if place(1 - player):
+                    return True
+                heights[col] -= 1
+                order.pop()
+        return False
+
+    return order if place(0) else None
+
+
+def _line_of(state: pyspiel.State, col: int, mark: str) -> set[str]:
+    """The directions of the four-in-a-row of ``mark`` through the top piece of ``col`` on a finished board."""
+    rows = str(state).strip().splitlines()[-ROWS:]
+    row = next(r for r in range(ROWS) if rows[r][col] != ".")
+    found = set()
+    for name, (dr, dc) in (("vertical", (1, 0)), ("horizontal", (0, 1)), ("diagonal", (1, 1)), ("diagonal", (1, -1))):
+        run = 1
+        for sign in (1, -1):
+            r, c = row + sign * dr, col + sign * dc
+            while 0 <= r < ROWS and 0 <= c < COLUMNS and rows[r][c] == mark:
+                run, r, c = run + 1, r + sign * dr, c + sign * dc
+        if run >= 4:
+            found.add(name)
+    return found
+
+
+def threat_line(state: pyspiel.State, losing: frozenset[int]) -> str:
+    """The kind of line the opponent would complete after the mover's losing moves: one of ``LINES``."""
+    opponent_mark = MARKS[1 - state.current_player()]
+    directions: set[str] = set()
+    for move in losing:
+        after = state.clone()
+        after.apply_action(move)
+        for reply in after.legal_actions():
+            answered = after.clone()
+            answered.apply_action(reply)
+            if answered.is_terminal() and answered.returns()[1 - state.current_player()] > 0:
+                directions |= _line_of(answered, reply, opponent_mark)
+    return directions.pop() if len(directions) == 1 else "several"
+
+
+def turns_of(reply: str) -> list[tuple[list[str], int, int | None]]:
+    """(board rows, seat, the column answered or None) for each turn of the reply that shows a board and whose
+    answer was not followed by a rejection."""
+    seat_match = _SEAT.search(reply)
+    if not seat_match:
+        return []
+    seat = int(seat_match.group(1))
+    turns = []
+    messages = reply.split("\nuser\n")
+    for message, following in zip(messages[1:], messages[2:] + [""]):
+        board = _BOARD.search(message)
+        if not board or "That reply was rejected" in following:
+            continue
+        answer_part = message.split("\nassistant\n", 1)
+        answer = _ANSWER.search(answer_part[1]) if len(answer_part) == 2 else None
+        turns.append((board.group(1).splitlines(), seat, int(answer.group(1)) if answer else None))
+    return turns
+
+
+def tally(path: Path, window: int) -> dict[tuple[int, str], list[int]]:
+    """{(window start, line): [threats, blocked]} over the kept connect_four training replies of the log."""
+    table: dict[tuple[int, str], list[int]] = defaultdict(lambda: [0, 0])
+    game = load_game(CASE)
+    for text in log_lines(path):
+        if '"reply"' not in text or CASE not in text:
+            continue
+        try:
+            row = json.loads(text)
+        except ValueError:
+            continue
+        if not isinstance(row, dict) or row.get("split") != "train" or row.get("case") != CASE:
+            continue
+        start = (max(int(row.get("step") or 0), 1) - 1) // window * window + 1
+        for board, seat, column in turns_of(str(row.get("reply") or "")):
+            order = history_of(board, seat)
+            if order is None:
+                continue
+            state = game.new_initial_state()
+            for move in order:
+                state.apply_action(move)
+            tactics = one_ply(CASE, state.serialize())
+            if tactics is None or not tactics.must_block:
+                continue
+            cell = table[(start, threat_line(state, tactics.losing))]
+            cell[0] += 1
+            cell[1] += int(column is not None and column in tactics.legal and column not in tactics.losing)
+    return table
+
+
+def rows_of(table: dict[tuple[int, str], list[int]], window: int) -> list[dict[str, Any]]:
+    rows = []
+    for start in sorted({s for s, _ in table}):
+        row: dict[str, Any] = {"steps": f"{start}-{start + window - 1}"}
+        for line in LINES:
+            threats, blocked = table.get((start, line), [0, 0])
+            row[line] = {"threats": threats, "blocked": blocked, "rate": blocked / threats if threats else None}
+        rows.append(row)
+    return rows
+
+
+def markdown(rows: list[dict[str, Any]]) -> str:
+    lines = ["| steps | " + " | ".join(f"{line}: blocked / threats" for line in LINES) + " |",
+             "|---" * (1 + len(LINES)) + "|"]
+    for row in rows:
+        cells = [f"{row[line]['blocked']} / {row[line]['threats']}"
+                 + (f" ({100 * row[line]['rate']:.0f} %)" if row[line]["rate"] is not None else "") for line in LINES]
+        lines.append(f"| {row['steps']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("log", type=Path, help="the run's <run>.samples.jsonl (or .jsonl.gz)")
+    parser.add_argument("--window", type=int, default=30, help="steps per row (default 30)")
+    parser.add_argument("--out", type=Path, help="also write OUT.json and OUT.md")
+    args = parser.parse_args(argv)
+    if args.window <= 0:
+        parser.error(f"--window: must be > 0, got {args.window}")
+    rows = rows_of(tally(args.log, args.window), args.window)
+    if not rows:
+        print(f"{args.log}: no kept connect_four training reply with a threat to block")
+        return 1
+    text = markdown(rows)
+    print(text)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.with_suffix(".json").write_text(json.dumps(rows, indent=1))
+        args.out.with_suffix(".md").write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
