@@ -131,6 +131,11 @@ def test_parallel_runs_share_one_gpu_or_get_one_each(tmp_path, gpus):
     assert done.returncode == 0, done.stderr
     ray_starts = [line for line in (tmp_path / "ray.log").read_text().splitlines() if " start " in line]
     assert [line.split("--port=")[1].split()[0] for line in ray_starts] == ["6390", "6391"]  # a cluster each
+    # each in a temp dir of its own, by which the driver stops it (and only it) once the run's stages end
+    assert [line.split("--temp-dir=")[1].split()[0] for line in ray_starts] == ["/tmp/verl-ext-ray-6390",
+                                                                               "/tmp/verl-ext-ray-6391"]
+    for name, port in (("a", 6390), ("b", 6391)):
+        assert f"run {name}: stopped its Ray cluster (port {port}, /tmp/verl-ext-ray-{port})" in done.stdout
     by_run = {name: [c for c in calls if c.startswith(f"run={name} ")] for name in ("a", "b")}
     if gpus == 1:
         assert "GRPO stages at once on one GPU" in done.stdout

