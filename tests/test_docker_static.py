@@ -286,6 +286,7 @@ ALLOWED = {
     "RECIPE": "bench/learning/gpu_shared_cold_start.sh: the recipe script its stages run (a test swaps in a stand-in)",
     "GPU_OFFSET": "bench/learning/gpu_shared_cold_start.sh: the first GPU a driver uses, two drivers on one machine (a bench setting)",
     "RAY_PORT_BASE": "bench/learning/gpu_shared_cold_start.sh: the runs' Ray ports (base + run slot), clear of an earlier driver's (a bench setting)",
+    "RAY_TEMP_ROOT": "bench/learning/gpu_shared_cold_start.sh: where each run's Ray cluster keeps its temp dir, by which the driver stops it (a bench setting)",
     "GPU_COUNT": "bench/learning/gpu_shared_cold_start.sh: how many GPUs from GPU_OFFSET one driver takes (a bench setting)",
     "RUN_SLOT_BASE": "bench/learning/gpu_shared_cold_start.sh: the first run slot (Ray port, job id) of a driver beside another (a bench setting)",
     "COLD_START_FROM": "bench/learning/gpu_shared_cold_start.sh: a cold start carried from an earlier session (bench/device/cold_start_parts.sh; a bench setting)",

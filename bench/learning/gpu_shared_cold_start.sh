@@ -258,6 +258,7 @@ if [[ "${PARALLEL:-0}" == 1 ]]; then
     port=$((RAY_PORT_BASE + slot))
     gpu_env=()
     [[ "$own_gpu" == 1 ]] && gpu_env=("CUDA_VISIBLE_DEVICES=$g")
+    # RAY_TEMP_ROOT (default /tmp; keep it short: Ray's socket paths under it must stay below 108 characters)
     ray_dirs+=("${RAY_TEMP_ROOT:-/tmp}/verl-ext-ray-$port") ray_ports+=("$port")
     if ! env ${gpu_env[@]+"${gpu_env[@]}"} python3 -m ray.scripts.scripts start --head --port="$port" --num-gpus=1 \
       --num-cpus="$(nproc)" --object-store-memory=8000000000 --include-dashboard=false --disable-usage-stats \

@@ -1,4 +1,4 @@
-#!/usr/bin/env bash
+# shellcheck shell=bash
 # Stop one Ray cluster of several on a host (sourced by bench/learning/gpu_shared_cold_start.sh).
 #   stop_ray_cluster TEMP_DIR PORT [GRACE_S]
 # `ray stop` stops every cluster on the host, so a driver whose runs each started their own (`ray start --head
