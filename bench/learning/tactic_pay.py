@@ -4,8 +4,8 @@ Per case, opponent and window of steps, the training games that held a threat to
 the policy blocked every threat and those where it missed one; the games with a win on the board, into those where
 it took every win and those where it did not. Each part gets its share, win rate and mean reward.
 
-Read it like this. A tactic that pays far more when played, yet is played in few games, lacks exploration, not
-signal. The sampled policy rarely plays the move, so GRPO's groups seldom hold the comparison. A tactic that pays
+Read it like this. A tactic that pays far more when played, yet is played in few games, has the signal but not the
+samples. The sampled policy rarely plays the move, so GRPO's groups seldom hold the comparison. A tactic that pays
 little more when played has no signal to learn from.
 
 Example: the 2026-11-29 run, connect_four against MCTS(5), steps 61-93. Blocking every threat paid 0.857 (win rate
