@@ -18,18 +18,16 @@ reply is skipped. Reads the run's sample log (plain or gzipped); needs no GPU an
 
 from __future__ import annotations
 
-import argparse
-import json
 import re
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 import pyspiel
-
 from verl_ext.envs.openspiel_rules import load_game
 from verl_ext.envs.tactics import one_ply
-from verl_ext.sample_view import log_lines
+
+from game_log_report import report_main, training_games, window_start  # beside this script
 
 CASE = "connect_four"
 ROWS, COLUMNS = 6, 7
@@ -123,16 +121,10 @@ def tally(path: Path, window: int) -> dict[tuple[int, str], list[int]]:
     """{(window start, line): [threats, blocked]} over the kept connect_four training replies of the log."""
     table: dict[tuple[int, str], list[int]] = defaultdict(lambda: [0, 0])
     game = load_game(CASE)
-    for text in log_lines(path):
-        if '"reply"' not in text or CASE not in text:
+    for row in training_games(path, ('"reply"', CASE)):
+        if row.get("case") != CASE:
             continue
-        try:
-            row = json.loads(text)
-        except ValueError:
-            continue
-        if not isinstance(row, dict) or row.get("split") != "train" or row.get("case") != CASE:
-            continue
-        start = (max(int(row.get("step") or 0), 1) - 1) // window * window + 1
+        start = window_start(row, window)
         for board, seat, column in turns_of(str(row.get("reply") or "")):
             order = history_of(board, seat)
             if order is None:
@@ -171,24 +163,8 @@ def markdown(rows: list[dict[str, Any]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("log", type=Path, help="the run's <run>.samples.jsonl (or .jsonl.gz)")
-    parser.add_argument("--window", type=int, default=30, help="steps per row (default 30)")
-    parser.add_argument("--out", type=Path, help="also write OUT.json and OUT.md")
-    args = parser.parse_args(argv)
-    if args.window <= 0:
-        parser.error(f"--window: must be > 0, got {args.window}")
-    rows = rows_of(tally(args.log, args.window), args.window)
-    if not rows:
-        print(f"{args.log}: no kept connect_four training reply with a threat to block")
-        return 1
-    text = markdown(rows)
-    print(text)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.with_suffix(".json").write_text(json.dumps(rows, indent=1))
-        args.out.with_suffix(".md").write_text(text + "\n")
-    return 0
+    return report_main(argv, __doc__, 30, lambda log, window: rows_of(tally(log, window), window), markdown,
+                       "no kept connect_four training reply with a threat to block")
 
 
 if __name__ == "__main__":

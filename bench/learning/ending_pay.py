@@ -12,14 +12,13 @@ of the games over steps 61-90 (docs/runs/2026-11-28-h200-boardgames-tactics/). R
 
 from __future__ import annotations
 
-import argparse
-import json
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 from verl_ext.group_stats import tactic_count
-from verl_ext.sample_view import log_lines
+
+from game_log_report import report_main, training_games, window_start  # beside this script
 
 ENDINGS = ("win", "draw", "loss played out", "forfeit", "truncated")
 
@@ -46,18 +45,8 @@ def missed_tactic(row: dict[str, Any]) -> bool:
 def tally(path: Path, window: int) -> dict[tuple[str, int], dict[str, list[tuple[float, bool]]]]:
     """{(case, window start): {ending: [(reward, missed a tactic)]}} over the training games of the log."""
     table: dict[tuple[str, int], dict[str, list[tuple[float, bool]]]] = defaultdict(lambda: defaultdict(list))
-    for line in log_lines(path):
-        if '"train"' not in line:  # a cheap skip of validation rows before parsing
-            continue
-        try:
-            row = json.loads(line)
-        except ValueError:
-            continue
-        if not isinstance(row, dict) or row.get("split") != "train" or not row.get("game"):
-            continue
-        step = int(row.get("step") or 0)
-        start = (max(step, 1) - 1) // window * window + 1
-        table[(str(row.get("case")), start)][ending_of(row)].append((float(row.get("score") or 0.0),
+    for row in training_games(path):
+        table[(str(row.get("case")), window_start(row, window))][ending_of(row)].append((float(row.get("score") or 0.0),
                                                                       missed_tactic(row)))
     return table
 
@@ -92,24 +81,8 @@ def markdown(rows: list[dict[str, Any]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("log", type=Path, help="the run's <run>.samples.jsonl (or .jsonl.gz)")
-    parser.add_argument("--window", type=int, default=10, help="steps per row (default 10)")
-    parser.add_argument("--out", type=Path, help="also write OUT.json and OUT.md")
-    args = parser.parse_args(argv)
-    if args.window <= 0:
-        parser.error(f"--window: must be > 0, got {args.window}")
-    rows = rows_of(tally(args.log, args.window), args.window)
-    if not rows:
-        print(f"{args.log}: no training games in the sample log")
-        return 1
-    text = markdown(rows)
-    print(text)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.with_suffix(".json").write_text(json.dumps(rows, indent=1))
-        args.out.with_suffix(".md").write_text(text + "\n")
-    return 0
+    return report_main(argv, __doc__, 10, lambda log, window: rows_of(tally(log, window), window), markdown,
+                       "no training games in the sample log")
 
 
 if __name__ == "__main__":

@@ -19,14 +19,13 @@ Reads the run's sample log (plain or gzipped); needs no GPU and no model:
 
 from __future__ import annotations
 
-import argparse
-import json
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 from verl_ext.group_stats import tactic_count
-from verl_ext.sample_view import log_lines
+
+from game_log_report import report_main, training_games, window_start  # beside this script
 
 # (tactic, the record's chance key, the key of the chances played right)
 TACTICS = (("block", "block_chance", "blocked"), ("win", "win_chance", "win_taken"))
@@ -37,17 +36,8 @@ def tally(path: Path, window: int) -> dict[tuple[str, str, str, int], Games]:
     """{(tactic, case, opponent, window start): {"played"|"missed": [(reward, won)]}} over the log's training
     games that held that tactic."""
     table: dict[tuple[str, str, str, int], Games] = defaultdict(lambda: defaultdict(list))
-    for line in log_lines(path):
-        if '"train"' not in line:  # a cheap skip of validation rows before parsing
-            continue
-        try:
-            row = json.loads(line)
-        except ValueError:
-            continue
-        if not isinstance(row, dict) or row.get("split") != "train" or not row.get("game"):
-            continue
-        step = int(row.get("step") or 0)
-        start = (max(step, 1) - 1) // window * window + 1
+    for row in training_games(path):
+        start = window_start(row, window)
         reward, won = float(row.get("score") or 0.0), float(row.get("win") or 0.0)
         for tactic, chance_key, played_key in TACTICS:
             chances = tactic_count(row.get(chance_key))
@@ -98,25 +88,9 @@ def markdown(rows: list[dict[str, Any]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("log", type=Path, help="the run's <run>.samples.jsonl (or .jsonl.gz)")
-    parser.add_argument("--window", type=int, default=30, help="steps per row (default 30)")
-    parser.add_argument("--out", type=Path, help="also write OUT.json and OUT.md")
-    args = parser.parse_args(argv)
-    if args.window <= 0:
-        parser.error(f"--window: must be > 0, got {args.window}")
-    rows = rows_of(tally(args.log, args.window), args.window)
-    if not rows:
-        print(f"{args.log}: no training game with a one-ply tactic in the sample log (logs from before the "
-              "tactics counts have none)")
-        return 1
-    text = markdown(rows)
-    print(text)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.with_suffix(".json").write_text(json.dumps(rows, indent=1))
-        args.out.with_suffix(".md").write_text(text + "\n")
-    return 0
+    return report_main(argv, __doc__, 30, lambda log, window: rows_of(tally(log, window), window), markdown,
+                       "no training game with a one-ply tactic in the sample log (logs from before the "
+                       "tactics counts have none)")
 
 
 if __name__ == "__main__":
