@@ -44,7 +44,8 @@ def test_a_cluster_and_its_descendants_stop_and_another_cluster_stays(tmp_path):
     # the Ray client server names only the GCS address; the other cluster's port ends in the same digits
     client = subprocess.Popen(["bash", "-c", "sleep 300; :", "ray.util.client.server", "--address=10.0.0.1:6390",
                                "--port=10001"])
-    other_client = subprocess.Popen(["bash", "-c", "sleep 300; :", "ray.util.client.server", "--address=10.0.0.1:16390"])
+    other_client = subprocess.Popen(["bash", "-c", "sleep 300; :", "ray.util.client.server",
+                                     "--address=10.0.0.1:16390"])
     try:
         our_children, other_children = _wait_for_children(ours, 2), _wait_for_children(other, 2)
         _wait_for_children(client, 1)

@@ -47,7 +47,8 @@ def test_two_replies_per_step_are_kept_and_every_line_knows_its_step(log):
 
 def test_the_texts_of_a_step_are_shared_among_its_cases(log, monkeypatch):
     """The first 8 samples of a step used to keep their text: in a board-game run those were tic_tac_toe games,
-    which end first, and connect_four showed 24 games in 93 steps (docs/runs/2026-11-29-h200-boardgames-tactics-fixed/)."""
+    which end first, and connect_four showed 24 games in 93 steps
+    (docs/runs/2026-11-29-h200-boardgames-tactics-fixed/)."""
     monkeypatch.setenv(sample_log.PER_STEP_VAR, "8")
     monkeypatch.setenv(sample_log.TEXTS_VAR, "4")
     order = ["tic_tac_toe"] * 6 + ["connect_four"] * 2 + ["tic_tac_toe"] * 5 + ["connect_four"] * 3

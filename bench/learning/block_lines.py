@@ -13,7 +13,8 @@ one and not the other (``win_lines.py`` found this for wins on held-out single m
 The first turn of each game is not in the log: the reply starts after the prompt. A turn that follows a rejected
 reply is skipped. Reads the run's sample log (plain or gzipped); needs no GPU and no model:
 
-    python bench/learning/block_lines.py runs/x/logs/grpo-*.samples.jsonl.gz [--window 30] [--out docs/runs/X/block_lines]
+    python bench/learning/block_lines.py runs/x/logs/grpo-*.samples.jsonl.gz [--window 30] \\
+        [--out docs/runs/X/block_lines]
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ forfeit (an illegal or unparseable reply after the retries), with the mean rewar
 with a one-ply tactic missed (a win on the board not taken, a threat not blocked: what ``game.tactics_weight``
 charges). A way of ending that pays more than another the policy can choose instead is a loophole: the 2026-11-28
 tactics run paid a forfeit 0.30 against 0.05 for a loss played out, and its tic_tac_toe forfeits rose from 0 to 21 %
-of the games over steps 61-90 (docs/runs/2026-11-28-h200-boardgames-tactics/). Reads the run's sample log (plain or gzipped), no GPU, no model:
+of the games over steps 61-90 (docs/runs/2026-11-28-h200-boardgames-tactics/). Reads the run's sample log (plain or
+gzipped), no GPU, no model:
 
     python bench/learning/ending_pay.py runs/x/logs/grpo-*.samples.jsonl.gz [--window 10] [--out docs/runs/X/ending_pay]
 """

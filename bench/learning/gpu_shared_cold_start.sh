@@ -19,9 +19,9 @@
 # (CUDA_VISIBLE_DEVICES) and all its stages run beside the others'. A run is packed after each of its stages, so a
 # machine that goes back mid-eval still returns the GRPO logs. GPU_OFFSET (below) puts two drivers on one machine;
 # RAY_PORT_BASE (below) moves the runs' Ray ports clear of clusters an earlier driver left running (a driver stops
-# each run's cluster when the run's parallel stages end, bench/learning/ray_cluster.sh; one killed mid-run cannot). COLD_START_FROM
-# (below) starts from a cold start an earlier session made and brought over (bench/device/cold_start_parts.sh);
-# KEEP_COLD_START=1 packs the one this driver makes for such a session; KEEP_RUN_MODELS=1 packs each run's merged
+# each run's cluster when the run's parallel stages end, bench/learning/ray_cluster.sh; one killed mid-run cannot).
+# COLD_START_FROM (below) starts from a cold start an earlier session made and brought over
+# (bench/device/cold_start_parts.sh); KEEP_COLD_START=1 packs the one this driver makes for such a session; KEEP_RUN_MODELS=1 packs each run's merged
 # GRPO model, so that a later session continues from it (more steps than one session holds).
 # shellcheck source-path=SCRIPTDIR
 set -euo pipefail
