@@ -25,10 +25,12 @@ from pathlib import Path
 from typing import Any
 
 import pyspiel
+from verl_ext.envs.board_text import LINE_LENGTHS
 from verl_ext.envs.openspiel_rules import load_game
 from verl_ext.envs.tactics import one_ply
 
 from game_log_report import report_main, training_games, window_start  # beside this script
+from win_lines import lines_through
 
 CASE = "connect_four"
 ROWS, COLUMNS = 6, 7
@@ -72,16 +74,7 @@ def _line_of(state: pyspiel.State, col: int, mark: str) -> set[str]:
     """The directions of the four-in-a-row of ``mark`` through the top piece of ``col`` on a finished board."""
     rows = str(state).strip().splitlines()[-ROWS:]
     row = next(r for r in range(ROWS) if rows[r][col] != ".")
-    found = set()
-    for name, (dr, dc) in (("vertical", (1, 0)), ("horizontal", (0, 1)), ("diagonal", (1, 1)), ("diagonal", (1, -1))):
-        run = 1
-        for sign in (1, -1):
-            r, c = row + sign * dr, col + sign * dc
-            while 0 <= r < ROWS and 0 <= c < COLUMNS and rows[r][c] == mark:
-                run, r, c = run + 1, r + sign * dr, c + sign * dc
-        if run >= 4:
-            found.add(name)
-    return found
+    return set(lines_through(rows, row, col, mark, LINE_LENGTHS[CASE]))
 
 
 def threat_line(state: pyspiel.State, losing: frozenset[int]) -> str:

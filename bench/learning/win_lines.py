@@ -19,6 +19,7 @@ import argparse
 import json
 import sys
 from collections import defaultdict
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -43,15 +44,23 @@ def winning_line(case: str, state_str: str, action: int) -> str:
     else:
         row, col = divmod(action, len(board[0]))
     board[row][col] = mark
+    lines = lines_through(board, row, col, mark, LINE_LENGTHS[case])
+    return lines[0] if lines else "?"
+
+
+def lines_through(board: Sequence[Sequence[str]], row: int, col: int, mark: str, length: int) -> list[str]:
+    """The lines of at least ``length`` ``mark``s through cell (row, col) of a printed board, in ``DIRECTIONS``
+    order (both diagonals as "diagonal")."""
+    found = []
     for name, (dr, dc) in DIRECTIONS.items():
         run = 1
         for sign in (1, -1):
             r, c = row + sign * dr, col + sign * dc
             while 0 <= r < len(board) and 0 <= c < len(board[0]) and board[r][c] == mark:
                 run, r, c = run + 1, r + sign * dr, c + sign * dc
-        if run >= LINE_LENGTHS[case]:
-            return "diagonal" if "diagonal" in name else name
-    return "?"
+        if run >= length:
+            found.append("diagonal" if "diagonal" in name else name)
+    return found
 
 
 def win_lines(rows: list[dict[str, Any]], mixture: EnvMixture, test_freq: int) -> list[dict[str, Any]]:
