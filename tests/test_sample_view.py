@@ -40,9 +40,10 @@ def test_two_replies_per_step_are_kept_and_every_line_knows_its_step(log):
         sample_log.record({"split": "train", "env": "logic", "case": "chain_sum"}, RESULT, f"reply {i}")
     entries = lines(log)
     assert [e["step"] for e in entries] == [1] * 4 + [2] * 4 + [3] * 4
-    assert [e.get("reply") for e in entries] == ["reply 0", "reply 1", None, None, "reply 4", "reply 5", None, None,
-                                                 "reply 8", "reply 9", None, None]
-    assert entries[0]["reply_chars"] == 7 and entries[0]["reply_cut"] == 0 and entries[0]["score"] == 0.5
+    # two of a step's four, every second arrival, from an offset that turns with the step
+    assert [e.get("reply") for e in entries] == [None, "reply 1", None, "reply 3", "reply 4", None, "reply 6", None,
+                                                 None, "reply 9", None, "reply 11"]
+    assert entries[1]["reply_chars"] == 7 and entries[1]["reply_cut"] == 0 and entries[1]["score"] == 0.5
 
 
 def test_the_texts_of_a_step_are_shared_among_its_cases(log, monkeypatch):
@@ -55,9 +56,31 @@ def test_the_texts_of_a_step_are_shared_among_its_cases(log, monkeypatch):
     for i, case in enumerate(order):
         sample_log.record({"split": "train", "case": case}, RESULT, f"{case} {i}")
     kept = [(e["step"], e["case"]) for e in lines(log) if "reply" in e]
-    # step 1: tic_tac_toe alone fills its 4 before connect_four appears; connect_four then gets 4 // 2
-    assert kept == [(1, "tic_tac_toe")] * 4 + [(1, "connect_four")] * 2 + [(2, "tic_tac_toe")] * 2 \
+    # step 1: tic_tac_toe alone has the 4 (every second of its expected 8 arrivals: 3 of its 6 came), then
+    # connect_four gets 4 // 2 of its expected 4 (1 of its 2 came); step 2: 2 of each
+    assert kept == [(1, "tic_tac_toe")] * 3 + [(1, "connect_four")] + [(2, "tic_tac_toe")] * 2 \
         + [(2, "connect_four")] * 2
+
+
+def test_kept_games_are_not_the_shortest_of_the_step(log, monkeypatch):
+    """Whole games are scored as they end. Keeping a step's first arrivals kept its shortest games: on the H200
+    the kept connect_four games averaged 7.0 moves against 11.8 for all, and 65 % of the kept tic_tac_toe games
+    were losses against 24 % (docs/runs/2026-11-29-h200-boardgames-tactics-continued/)."""
+    monkeypatch.setenv(sample_log.PER_STEP_VAR, "64")
+    monkeypatch.setenv(sample_log.TEXTS_VAR, "8")
+    every, kept = [], []
+    for step in range(20):
+        lengths = sorted((step * 13 + i * 29) % 40 + 5 for i in range(64))  # arrive shortest first
+        for moves in lengths:
+            sample_log.record({"split": "train", "case": "connect_four"}, RESULT, f"moves {moves}")
+            every.append(moves)
+    kept = [int(e["reply"].split()[1]) for e in lines(log) if "reply" in e]
+    assert all(sum(1 for e in lines(log) if e.get("step") == s and "reply" in e) == 8 for s in range(1, 21))
+    first_arrivals = sum(sorted(every[s * 64:s * 64 + 8]) == every[s * 64:s * 64 + 8] for s in range(20))
+    assert first_arrivals == 20  # the test's premise: each step's first 8 are its shortest
+    mean = sum(every) / len(every)
+    assert abs(sum(kept) / len(kept) - mean) < 0.1 * mean
+    assert sum(kept) / len(kept) > 2 * (sum(sum(every[s * 64:s * 64 + 8]) for s in range(20)) / 160)
 
 
 def test_more_cases_than_texts_take_turns_and_keep_the_step_bounded(log, monkeypatch):
@@ -101,6 +124,7 @@ def test_texts_off_and_validation_passes_split_by_a_pause(log, monkeypatch):
 
 def test_long_replies_are_cut_with_a_marker_and_games_keep_the_tail(log, monkeypatch):
     monkeypatch.setenv(sample_log.CHARS_VAR, "100")
+    monkeypatch.setenv(sample_log.TEXTS_VAR, "4")  # every sample of the fixture's 4-sample steps keeps its text
     sample_log.record({"split": "train"}, RESULT, "a" * 5000 + "<answer>e4</answer>")
     sample_log.record({"split": "train", "mode": "game"}, RESULT, "start " + "b" * 5000 + " FORFEIT")
     single, game = lines(log)
@@ -113,7 +137,8 @@ def test_long_replies_are_cut_with_a_marker_and_games_keep_the_tail(log, monkeyp
     "x" * 5_000_000, b"\xff\xfe\x00 bad bytes \xc3", "lone \ud800 surrogate", None, ["a", {"b": 1}], 12.5,
     "\x1b[2J\x1b]0;pwned\x07 [bold red]markup[/] \u202eevil", "😀" * 3000,
 ])
-def test_hostile_replies_never_break_the_reward_or_the_log(log, reply):
+def test_hostile_replies_never_break_the_reward_or_the_log(log, reply, monkeypatch):
+    monkeypatch.setenv(sample_log.TEXTS_VAR, "4")  # every sample of the fixture's 4-sample steps keeps its text
     scored = compute_score("d", reply, None, {"split": "train", "env": "no_such_env", "case": "c"})
     assert scored["failed"] == 1.0 and scored["score"] == 0.0
     (entry,) = lines(log)

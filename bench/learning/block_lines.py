@@ -10,6 +10,10 @@ OpenSpiel prints the board row by row. A horizontal line is therefore a run of c
 prompt, and a vertical one is the same character at the same offset on consecutive lines. A small model may read
 one and not the other (``win_lines.py`` found this for wins on held-out single moves).
 
+Logs written before 2026-11-29 (commit after 53949b5) kept each step's first games scored, its shortest, so there
+the kept games over-represent quick losses, i.e. missed blocks (``docs/training.md``, the sample log); later logs keep
+an even spread of the step's games.
+
 The first turn of each game is not in the log: the reply starts after the prompt. A turn that follows a rejected
 reply is skipped. Reads the run's sample log (plain or gzipped); needs no GPU and no model:
 
