@@ -264,3 +264,23 @@ def test_the_tactics_entropy_arm_is_the_tactics_arm_with_an_entropy_bonus(tmp_pa
     for config in configs:
         config["actor_rollout_ref"]["actor"].pop("entropy_coeff")
     assert configs[0] == configs[1]
+
+
+def test_the_random75_arm_is_the_tactics_arm_with_tic_tac_toe_mostly_against_random(tmp_path):
+    """smollm2-boardgames-bycase-tactics-random75-grpo100.env: the tactics arm with tic_tac_toe's games 3 in 4
+    against random and 1 in 4 against MCTS(50) (the arm's: half and half), connect_four's mix and every other setting
+    unchanged."""
+    arms = {run: compose("ppo_trainer", overrides_of(dry_run(tmp_path, run, run_dir="same")["grpo"][0]))
+            for run in ("bycase-tactics-grpo100", "bycase-tactics-random75-grpo100")}
+    random75 = arms["bycase-tactics-random75-grpo100"]
+    assert check_ppo(random75, check_imports=False) == []
+    env = OmegaConf.to_container(random75.data.env, resolve=True)
+    settings = EnvMixture(env, where="data.env").adapters["openspiel"].game_settings
+    assert settings.opponent_mixture_at("game", "tic_tac_toe").shares() == pytest.approx(
+        {"random": 0.75, "mcts:50": 0.25})
+    assert settings.opponent_mixture_at("game", "connect_four").shares() == {"random": 0.5, "mcts:5": 0.5}
+    assert settings.tactics_weight == 0.3
+    configs = [OmegaConf.to_container(cfg) for cfg in arms.values()]
+    for config in configs:
+        config["data"]["env"]["openspiel"]["game"]["opponents_by_case"].pop("tic_tac_toe", None)
+    assert configs[0] == configs[1]
