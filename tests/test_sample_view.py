@@ -57,8 +57,9 @@ def test_the_texts_of_a_step_are_shared_among_its_cases(log, monkeypatch):
         sample_log.record({"split": "train", "case": case}, RESULT, f"{case} {i}")
     kept = [(e["step"], e["case"]) for e in lines(log) if "reply" in e]
     # step 1: tic_tac_toe alone has the 4 (every second of its expected 8 arrivals: 3 of its 6 came), then
-    # connect_four gets 4 // 2 of its expected 4 (1 of its 2 came); step 2: 2 of each
-    assert kept == [(1, "tic_tac_toe")] * 3 + [(1, "connect_four")] + [(2, "tic_tac_toe")] * 2 \
+    # connect_four gets 4 // 2 of its expected 4 (1 of its 2 came). Step 2 expects each case's step-1 count:
+    # tic_tac_toe every third of 6 from offset 2 (1 of its 5 came), connect_four every one of 2 (2 of its 3)
+    assert kept == [(1, "tic_tac_toe")] * 3 + [(1, "connect_four")] + [(2, "tic_tac_toe")] \
         + [(2, "connect_four")] * 2
 
 
@@ -81,6 +82,21 @@ def test_kept_games_are_not_the_shortest_of_the_step(log, monkeypatch):
     mean = sum(every) / len(every)
     assert abs(sum(kept) / len(kept) - mean) < 0.1 * mean
     assert sum(kept) / len(kept) > 2 * (sum(sum(every[s * 64:s * 64 + 8]) for s in range(20)) / 160)
+
+
+def test_validation_passes_after_the_first_spread_their_texts_over_the_pass(log, monkeypatch):
+    """A validation pass's size is not known to the scripts; from the second pass on, the pass before tells it."""
+    monkeypatch.setenv(sample_log.TEXTS_VAR, "2")
+    now = 0.0  # a pass: samples less than sample_steps.GAP_S apart
+    monkeypatch.setattr(sample_log.time, "time", lambda: now)
+    for pass_start in (0.0, 1000.0, 2000.0):
+        now = pass_start
+        for i in range(10):
+            sample_log.record({"split": "val", "case": "tic_tac_toe"}, RESULT, f"game {i}")
+    kept = [(e["block"], e["reply"]) for e in lines(log) if "reply" in e]
+    assert kept[:2] == [(1, "game 0"), (1, "game 1")]  # the first pass: its size unknown, its first arrivals
+    assert [text for block, text in kept if block == 2] == ["game 2", "game 7"]  # every 5th of 10, from 2 % 5
+    assert [text for block, text in kept if block == 3] == ["game 3", "game 8"]
 
 
 def test_more_cases_than_texts_take_turns_and_keep_the_step_bounded(log, monkeypatch):

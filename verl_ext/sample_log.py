@@ -88,13 +88,14 @@ def _keeps_text(position: sample_steps.Position, texts: int, per_step: int = 0) 
 
     Which samples of a case: whole games are scored as they end, so the first ones scored in a step are its
     shortest games (kept that way, the 2026-11-29 connect_four texts averaged 7.0 moves against 11.8 for all games,
-    and 65 % of the kept tic_tac_toe games were losses against 24 %). With ``per_step`` known (training), the kept
-    samples are spread evenly over the case's expected ``per_step // cases`` arrivals, from an offset that turns
-    with the step, so the kept games are a systematic sample of all of them. Without it (validation passes, whose
-    size the scripts do not know) the first arrivals are kept."""
+    and 65 % of the kept tic_tac_toe games were losses against 24 %). So the kept samples are spread evenly over
+    the case's expected arrivals in the block, from an offset that turns with the block: a systematic sample of
+    all its games. Expected: the case's count in the block before (validation passes are alike), else
+    ``per_step // cases`` (training's first step), else unknown (a first validation pass), and then the first
+    arrivals are kept."""
     if texts <= 0:
         return False
-    expected = max(1, per_step // position.cases) if per_step else 0
+    expected = position.case_before or (max(1, per_step // position.cases) if per_step else 0)
     if position.cases <= texts:
         quota = texts // position.cases
         if not expected:

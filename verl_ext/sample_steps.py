@@ -34,14 +34,16 @@ MAX_CASE_CHARS = 64
 class Position:
     """A sample's place: its ``block`` (1-based in this log), its ``index`` in that block (0-based), its
     ``case_index`` among the samples of its case in that block (0-based), ``cases``, the number of cases of its
-    split seen in the log so far (itself included; at most ``MAX_CASES``), and ``case_rank``, its case's place in
-    the order they were first seen (0-based)."""
+    split seen in the log so far (itself included; at most ``MAX_CASES``), ``case_rank``, its case's place in
+    the order they were first seen (0-based), and ``case_before``, the number of its case's samples in the block
+    before this one (0: none, or the first block)."""
 
     block: int
     index: int
     case_index: int = 0
     cases: int = 1
     case_rank: int = 0
+    case_before: int = 0
 
 
 def _fd(path: str) -> int:
@@ -60,22 +62,27 @@ def claim(count_path: str, split: str, now: float, per_step: int | None, case: s
         return _claim_locked(_fd(count_path), split, now, per_step, case[:MAX_CASE_CHARS])
 
 
-def _count_case(state: dict, split: str, block: int, case: str) -> tuple[int, int, int]:
-    """This sample's index among its case's samples in ``block``, the number of cases seen so far and its
-    case's rank among them."""
+def _count_case(state: dict, split: str, block: int, case: str) -> tuple[int, int, int, int]:
+    """This sample's index among its case's samples in ``block``, the number of cases seen so far, its case's
+    rank among them and its case's count in the block before (0 when unknown)."""
     key = f"{split}/cases"
     cases = state.get(key)
     if not isinstance(cases, dict):
         cases = {}
-    counts = cases.get("counts") if cases.get("block") == block and isinstance(cases.get("counts"), dict) else {}
+    counts = cases.get("counts") if isinstance(cases.get("counts"), dict) else {}
+    before = cases.get("before") if isinstance(cases.get("before"), dict) else {}
+    if cases.get("block") != block:  # a new block: the last one's counts become "before"
+        before = counts if cases.get("block") == block - 1 else {}
+        counts = {}
     seen = cases.get("seen") if isinstance(cases.get("seen"), list) else []
     if case not in seen and len(seen) < MAX_CASES:
         seen.append(case)
     case_index = int(counts.get(case, 0))
     if case in counts or len(counts) < MAX_CASES:
         counts[case] = case_index + 1
-    state[key] = {"block": block, "counts": counts, "seen": seen}
-    return case_index, max(1, len(seen)), seen.index(case) if case in seen else len(seen)
+    state[key] = {"block": block, "counts": counts, "before": before, "seen": seen}
+    return (case_index, max(1, len(seen)), seen.index(case) if case in seen else len(seen),
+            int(before.get(case, 0)))
 
 
 def _claim_locked(fd: int, split: str, now: float, per_step: int | None, case: str = "") -> Position:
@@ -93,10 +100,10 @@ def _claim_locked(fd: int, split: str, now: float, per_step: int | None, case: s
         else:
             index += 1
         state[split] = [count + 1, block, index, now]
-        case_index, cases, case_rank = _count_case(state, split, block, case)
+        case_index, cases, case_rank, case_before = _count_case(state, split, block, case)
         data = json.dumps(state).encode()
         os.ftruncate(fd, 0)
         os.pwrite(fd, data, 0)
     finally:
         fcntl.flock(fd, fcntl.LOCK_UN)
-    return Position(block, index, case_index, cases, case_rank)
+    return Position(block, index, case_index, cases, case_rank, case_before)

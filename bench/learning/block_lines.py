@@ -12,7 +12,7 @@ one and not the other (``win_lines.py`` found this for wins on held-out single m
 
 Logs written before 2026-11-29 (commit after 53949b5) kept each step's first games scored, its shortest, so there
 the kept games over-represent quick losses, i.e. missed blocks (``docs/training.md``, the sample log); later logs keep
-an even spread of the step's games.
+an even spread of the step's games (``verl_ext/sample_log.py``).
 
 The first turn of each game is not in the log: the reply starts after the prompt. A turn that follows a rejected
 reply is skipped. Reads the run's sample log (plain or gzipped); needs no GPU and no model:
