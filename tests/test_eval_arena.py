@@ -342,3 +342,27 @@ def test_a_rejected_answer_that_is_not_valid_utf8_is_kept_as_valid_text():
     answer = _match(result, "tic_tac_toe")["rejections"]["examples"][0]["answer"]
     assert answer == "?x"  # replaced, as the reply samples are
     "\n".join(report._rejection_lines({"models": {"s": {"arena": result}}}, ["s"])).encode("utf-8")
+
+
+def test_the_tactician_takes_every_win_blocks_every_threat_and_beats_random_in_full_games():
+    arena = _arena(["tic_tac_toe", "connect_four"], games_per_case=20)
+    tactician = RecordingPolicy(ScriptedPolicy("tactician", "tactician"))
+    played = arena.play(tactician, progress=False)
+    baseline = arena.play(ScriptedPolicy("rnd", "random"), progress=False)
+    for case in ("tic_tac_toe", "connect_four"):
+        match, random_match = _match(played, case), _match(baseline, case)
+        _check_counts(match)
+        tactics = match["tactics"]
+        assert tactics["win_taken"]["n"] > 0 and tactics["win_taken"]["k"] == tactics["win_taken"]["n"]
+        assert tactics["blocked"]["n"] > 0 and tactics["blocked"]["k"] == tactics["blocked"]["n"]
+        assert match["win"]["k"] > random_match["win"]["k"] and match["forfeit"]["k"] == 0
+    for request, reply in tactician.log:  # every turn came with its tactical moves, and they were legal
+        assert request.tactical_moves and set(request.tactical_moves) <= set(request.legal_moves)
+        assert reply.removeprefix("<answer>").removesuffix("</answer>") in request.tactical_moves
+
+
+def test_games_without_one_ply_tactics_give_no_tactical_moves():
+    tactician = RecordingPolicy(ScriptedPolicy("tactician", "tactician"))
+    result = _arena(["leduc_poker"], games_per_case=4).play(tactician, progress=False)
+    assert _match(result, "leduc_poker")["forfeit"]["k"] == 0 and tactician.log
+    assert all(request.tactical_moves == () for request, _ in tactician.log)

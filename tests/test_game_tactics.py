@@ -202,6 +202,24 @@ class _BrokenTactics:
         return episode
 
 
+def test_the_episodes_tactical_moves_are_the_win_or_the_block():
+    assert _match(WIN_SETUP).episode.tactical_moves() == ("x(0,2)",)
+    assert _match(BLOCK_SETUP).episode.tactical_moves() == ("x(2,1)",)
+    quiet = _match([]).episode
+    assert quiet.tactical_moves() == quiet.legal_moves()  # no tactic: every move
+    over = _match([*WIN_SETUP, "x(0,2)"])
+    assert over.episode.is_over() and over.episode.tactical_moves() == ()
+
+
+class _BrokenTacticalMoves(_BrokenTactics):
+    """An adapter whose episodes name every legal move tactical, the moves that lose at once included."""
+
+    def start_episode(self, case, seed, seat):
+        episode = self._adapter.start_episode(case, seed, seat)
+        episode.tactical_moves = episode.legal_moves
+        return episode
+
+
 def test_the_episode_conformance_suite_checks_move_tactics():
     from verl_ext.envs.conformance import ConformanceError, check_episodes
 
@@ -209,3 +227,5 @@ def test_the_episode_conformance_suite_checks_move_tactics():
     check_episodes(env, "tic_tac_toe")
     with pytest.raises(ConformanceError, match="move_tactics"):
         check_episodes(_BrokenTactics(env), "tic_tac_toe")
+    with pytest.raises(ConformanceError, match="tactical move"):
+        check_episodes(_BrokenTacticalMoves(env), "tic_tac_toe", seeds=tuple(range(8)))

@@ -7,9 +7,10 @@ import json
 
 import pytest
 
-from verl_ext.envs.openspiel_env import load_game
+from verl_ext.envs.openspiel_env import legal_move_actions, load_game
 from verl_ext.evaluation.cli import main as eval_main
-from verl_ext.envs.tactics import OnePly, has_tactics, one_ply, tactics_line
+from verl_ext.envs.tactics import OnePly, has_tactics, one_ply, tactical_move_texts, tactics_line
+from verl_ext.evaluation.policies import MoveRequest, ScriptedPolicy
 
 
 def tic_tac_toe_after(*actions: int) -> str:
@@ -158,3 +159,58 @@ def test_the_plot_draws_the_tactics_per_case(tmp_path):
     assert lines["blocked: tic_tac_toe"] == [[1, 0.1], [2, 0.1], [3, 0.1]]
     markers = panels["one-ply tactics: wins taken, threats blocked"]["markers"]
     assert markers == {"win taken, held-out openspiel/tic_tac_toe (greedy)": [[3, pytest.approx(0.25)]]}  # 0.1 / 0.4
+
+
+def _request(case: str, state, seed: int) -> MoveRequest:
+    """What a suite asks about ``state``: its legal moves and its tactical moves, from the real state."""
+    return MoveRequest((), tuple(legal_move_actions(state)), seed, tactical_move_texts(case, state.serialize()))
+
+
+@pytest.mark.parametrize("case,actions,expected", [
+    ("tic_tac_toe", (0, 3, 1, 4), {2}),  # x wins at 2 (o's threat at 5 comes second)
+    ("tic_tac_toe", (0, 4, 8, 1), {7}),  # o threatens the middle column: x blocks at 7
+    ("connect_four", (0, 0, 1, 1, 2, 2), {3}),  # x has three in the bottom row: wins at column 3
+    ("connect_four", (0, 1, 0, 1, 0), {0}),  # x has three in column 0: o blocks there
+    ("connect_four", (0, 6, 1, 6, 2, 6), {3}),  # x wins at column 3 before o's threat in column 6 matters
+])
+def test_the_tactician_always_takes_the_win_and_blocks_the_threat(case, actions, expected):
+    state = load_game(case).new_initial_state()
+    for action in actions:
+        state.apply_action(action)
+    moves = legal_move_actions(state)
+    tactical = tactical_move_texts(case, state.serialize())
+    assert {moves[m] for m in tactical} == expected and set(tactical) <= set(moves)
+    tactician = ScriptedPolicy("t", "tactician")
+    replies = tactician.respond([_request(case, state, seed) for seed in range(40)])
+    assert {moves[reply.removeprefix("<answer>").removesuffix("</answer>")] for reply in replies} == expected
+    # the random mover, on the same seeds, misses it
+    randoms = ScriptedPolicy("r", "random").respond([_request(case, state, seed) for seed in range(40)])
+    assert {moves[reply.removeprefix("<answer>").removesuffix("</answer>")] for reply in randoms} > expected
+
+
+def test_without_tactical_moves_the_tactician_is_the_random_mover():
+    state = load_game("kuhn_poker").new_initial_state()
+    while state.is_chance_node():
+        state.apply_action(state.legal_actions()[0])
+    assert tactical_move_texts("kuhn_poker", state.serialize()) == ()  # imperfect information: no one-ply tactics
+    requests = [MoveRequest((), ("Pass", "Bet"), seed) for seed in range(20)]
+    assert ScriptedPolicy("t", "tactician").respond(requests) == ScriptedPolicy("r", "random").respond(requests)
+    assert ScriptedPolicy("t", "tactician").respond([MoveRequest(())]) == ["<answer>?</answer>"]  # a puzzle
+
+
+def test_the_single_move_suite_gives_the_tactician_its_moves_and_it_plays_the_tactics_line(tmp_path):
+    out = tmp_path / "eval"
+    argv = ["--set", "openspiel.game_types=[tic_tac_toe,connect_four]", "--set", "val_tasks_per_case=24",
+            "--set", "openspiel.mcts_simulations=20", "--suites", "single",
+            "--models", "tactician=scripted:tactician", "random=scripted:random", "--no-progress", "--out", str(out)]
+    assert eval_main(argv) == 0
+    results = json.loads((out / "results.json").read_text())
+    for case in ("tic_tac_toe", "connect_four"):
+        line = results["single_move_baseline"][case]
+        single = results["models"]["tactician"]["single_move"]["cases"][case]
+        tactics = single["tactics"]
+        assert tactics["win_taken"]["k"] == tactics["win_taken"]["n"] == line["win_positions"] > 0
+        assert tactics["blocked"]["k"] == tactics["blocked"]["n"] == line["block_positions"]
+        # one draw of the tactician against the line (its mean over the draws): within its own sampling spread
+        assert single["legal"]["rate"] == 1.0 and abs(single["engine_score"] - line["tactics_line"]) < 0.05
+        assert single["engine_score"] > results["models"]["random"]["single_move"]["cases"][case]["engine_score"]

@@ -152,7 +152,8 @@ def check_episodes(adapter: EpisodeEnv, case: str, seeds: tuple[int, ...] = (0, 
     moves and the answer format; each legal move written as an answer is legal; hostile replies never raise
     and are never legal; returns come per player, lie in the adapter's ``utility_range`` and normalise into
     [0, 1] as that range does; the engine's reference move at the first turn, if the env has one, is legal;
-    ``move_tactics`` answers None or well-formed one-ply flags at every turn.
+    ``move_tactics`` answers None or well-formed one-ply flags at every turn, and ``tactical_moves`` legal moves
+    that agree with them (each takes the win, or blocks the threat, that ``move_tactics`` sees).
     Games stop after ``max_moves``.
     """
     num_players = adapter.start_episode(case, seeds[0], 0).num_players
@@ -178,6 +179,25 @@ def _check_move_tactics(episode: Any, case: str, move: str) -> None:
                 or flags["win_taken"] > flags["win_chance"] or flags["blocked"] > flags["block_chance"] \
                 or (played is None and (flags["win_taken"] or flags["blocked"])):
             raise _fail(None, "episode tactics", f"{case}: move_tactics({played!r}) gave {flags!r}")
+
+
+def _check_tactical_moves(episode: Any, case: str, moves: tuple[str, ...]) -> None:
+    """``tactical_moves`` (what ``scripted:tactician`` picks from) names distinct legal moves, none or some, each of
+    them taking the win on the board or blocking the threat where ``move_tactics`` sees one, and never raises."""
+    try:
+        tactical = episode.tactical_moves()
+    except Exception as err:  # noqa: BLE001 - nothing may escape
+        raise _fail(None, "episode tactics", f"{case}: tactical_moves() raised {err!r}")
+    if not isinstance(tactical, tuple) or len(set(tactical)) != len(tactical) or not set(tactical) <= set(moves):
+        raise _fail(None, "episode tactics", f"{case}: tactical_moves() gave {tactical!r}, not legal moves {moves!r}")
+    checked = tactical
+    if tactical and len(tactical) == len(moves):  # every move: right where there is no tactic (the flags of any
+        first = episode.move_tactics(tactical[0])  # move say whether there is one); checked cheaply
+        checked = tactical if first and (first["win_chance"] or first["block_chance"]) else ()
+    for move in checked:
+        flags = episode.move_tactics(move)
+        if flags and (flags["win_chance"] and not flags["win_taken"] or flags["block_chance"] and not flags["blocked"]):
+            raise _fail(None, "episode tactics", f"{case}: tactical move {move!r} misses the tactic: {flags!r}")
 
 
 def _play_episode(adapter: EpisodeEnv, case: str, seed: int, seat: int, max_moves: int) -> tuple:
@@ -210,6 +230,7 @@ def _play_episode(adapter: EpisodeEnv, case: str, seed: int, seat: int, max_move
                 if verdict.legal:
                     raise _fail(None, "episode hostile output", f"{case}: {str(response)[:60]!r} passed as legal")
         _check_move_tactics(episode, case, move)
+        _check_tactical_moves(episode, case, moves)
         prompts.append(prompt)
         episode.play(move)
     returns = episode.returns()

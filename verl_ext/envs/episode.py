@@ -149,6 +149,13 @@ class Episode(Protocol):
         taken, a threat to block / blocked, as 0/1); None where the game or position has none. Never raises."""
         ...
 
+    def tactical_moves(self) -> tuple[str, ...]:
+        """The legal moves of the player to move (as ``legal_moves`` writes them) that a one-ply tactician picks
+        from (``envs/tactics.py``: the winning moves, else those that do not let the opponent win at once, else
+        all); () where the game or position has no one-ply analysis. The arena hands them to ``scripted:tactician``.
+        Never raises."""
+        ...
+
     def play_bot(self, opponent: Opponent) -> str:
         """Let the bot ``opponent`` move for the player to move; returns the move played."""
         ...

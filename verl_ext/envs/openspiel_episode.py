@@ -16,7 +16,7 @@ from .bot_ties import TieBreakingMCTSBot
 from .cfr_policy import DEFAULT_SOLVER, cfr_policy
 from .episode import MoveCheck, Opponent
 from .openspiel_rules import legal_move_actions, load_game, normalised_return
-from .tactics import one_ply, tactic_flags
+from .tactics import one_ply, tactic_flags, tactical_move_texts
 
 if TYPE_CHECKING:
     from .openspiel_env import OpenSpielAdapter
@@ -98,6 +98,14 @@ class OpenSpielEpisode:
             return tactic_flags(tactics, None if move is None else legal_move_actions(self.state).get(move))
         except Exception:  # noqa: BLE001 - a metric and a reward term: a game that cannot be analysed has none
             return None
+
+    def tactical_moves(self) -> tuple[str, ...]:
+        if self.state.is_terminal():
+            return ()
+        try:
+            return tactical_move_texts(self.case, self.state.serialize())
+        except Exception:  # noqa: BLE001 - a baseline's hint: a position that cannot be analysed has none
+            return ()
 
     def _bot(self, player: int, opponent: Opponent) -> pyspiel.Bot | TieBreakingMCTSBot:
         key = (player, opponent.label)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import pyspiel
 
-from .openspiel_rules import load_game
+from .openspiel_rules import legal_move_actions, load_game
 
 
 # Positions with more legal moves are left out (None): the check plays every move and every reply (moves x replies
@@ -98,6 +98,20 @@ def one_ply(case: str, state_str: str) -> OnePly | None:
                     losing.append(action)
                     break
     return OnePly(frozenset(legal), frozenset(winning), frozenset(losing))
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def tactical_move_texts(case: str, state_str: str) -> tuple[str, ...]:
+    """The legal moves of the serialised decision node ``state_str``, as the model writes them (``legal_move_actions``,
+    in its order), that a one-ply tactician picks from (``OnePly.tactical_moves``); () where ``one_ply`` has no
+    analysis (a game without tactics, a chance or terminal node, too many moves). A move text names the action it
+    plays (the first of a tie), so a text is tactical when that action is."""
+    tactics = one_ply(case, state_str)
+    if tactics is None:
+        return ()
+    picks = tactics.tactical_moves()
+    moves = legal_move_actions(load_game(case).deserialize_state(state_str))
+    return tuple(move for move, action in moves.items() if action in picks)
 
 
 TACTIC_KEYS = ("win_chance", "win_taken", "block_chance", "blocked")

@@ -157,7 +157,8 @@ class Arena:
     def _request(self, g: _Game, turn: TurnRequest) -> MoveRequest:
         messages = turn.turn_messages if self.settings.context == "turn" else turn.messages
         messages = with_system_prompt(messages, system_prompt_of(self.adapter))  # as training's turns
-        return MoveRequest(messages, turn.legal_moves, stable_seed(g.seed, "move", turn.moves_played, turn.attempt))
+        return MoveRequest(messages, turn.legal_moves, stable_seed(g.seed, "move", turn.moves_played, turn.attempt),
+                           tactical_moves=g.match.episode.tactical_moves())  # what scripted:tactician picks from
 
     def play(self, policy: Policy, progress: bool = True) -> dict[str, Any]:
         """Play every game; return per-(case, opponent) results and the skipped pairs."""

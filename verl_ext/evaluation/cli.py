@@ -40,7 +40,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="env override, e.g. --set openspiel.game_types=[tic_tac_toe] (repeatable)")
     p.add_argument("--models", nargs="+", default=None, metavar="NAME=PATH[,adapter=PATH]",
                    help="models to compare: HF folders (merged checkpoints too), base+LoRA via adapter=..., "
-                        "or scripted baselines scripted:first|random|illegal")
+                        "or scripted baselines scripted:first|random|illegal|tactician (tactician: a random "
+                        "winning move, else one that does not let the opponent win at once; docs/eval.md)")
     p.add_argument("--adapter", help="LoRA adapter folder for the single --models entry (same as ,adapter=PATH)")
     p.add_argument("--suites", default="auto",
                    help="comma list of single,arena,logic,exploitability (auto: single+arena if openspiel is "

@@ -17,7 +17,7 @@ from ..envs.config import ConfigError
 from .backends import Backend, GenerationSettings, check_model_dir, make_backend
 
 SCRIPTED_PREFIX = "scripted:"
-SCRIPTED_KINDS = ("first", "random", "illegal")
+SCRIPTED_KINDS = ("first", "random", "illegal", "tactician")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
 _TRUE = ("1", "true", "yes")
 _FALSE = ("0", "false", "no")
@@ -25,11 +25,17 @@ _FALSE = ("0", "false", "no")
 
 @dataclass(frozen=True)
 class MoveRequest:
-    """One prompt for a policy: the chat, the legal moves when there are any, and a seed for its randomness."""
+    """One prompt for a policy: the chat, the legal moves when there are any, and a seed for its randomness.
+
+    ``tactical_moves``: the legal moves (as written in ``legal_moves``) a one-ply tactician picks from
+    (``envs/tactics.py``: the winning moves, else those that do not let the opponent win at once, else all), from
+    the real game state; empty where the position has no one-ply analysis (puzzles, games without tactics). Only
+    ``scripted:tactician`` reads them; a model sees the chat alone."""
 
     messages: tuple[dict[str, str], ...]
     legal_moves: tuple[str, ...] = ()
     seed: int = 0
+    tactical_moves: tuple[str, ...] = ()
 
 
 class Policy(Protocol):
@@ -137,8 +143,11 @@ class ScriptedPolicy:
     """Baselines and test doubles that answer in the expected format without a model.
 
     ``first``: the first legal move; ``random``: a uniformly random legal move (seeded per request);
-    ``illegal``: a well-formed answer that is never a legal move. Without legal moves (puzzles) ``first``
-    and ``random`` answer ``?``.
+    ``illegal``: a well-formed answer that is never a legal move; ``tactician``: the one-ply tactician of
+    ``envs/tactics.py``, a uniformly random move (seeded per request) among the request's ``tactical_moves`` (a
+    win where there is one, else a move that does not let the opponent win at once), among the legal moves where
+    the request has none (a game without one-ply tactics: then it plays as ``random``). Without legal moves
+    (puzzles) ``first``, ``random`` and ``tactician`` answer ``?``.
     """
 
     def __init__(self, name: str, kind: str) -> None:
@@ -158,6 +167,8 @@ class ScriptedPolicy:
             return "?"
         if self.kind == "first":
             return moves[0]
+        if self.kind == "tactician" and request.tactical_moves:
+            moves = request.tactical_moves
         return random.Random(request.seed).choice(moves)
 
     def respond(self, requests: Sequence[MoveRequest]) -> list[str]:

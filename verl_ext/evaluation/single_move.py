@@ -17,7 +17,7 @@ from tqdm import tqdm
 
 from ..envs import EnvAdapter, Task, make_env
 from ..envs.openspiel_env import load_game
-from ..envs.tactics import OnePly, has_tactics, one_ply, tactic_flags, tactics_line
+from ..envs.tactics import OnePly, has_tactics, one_ply, tactic_flags, tactical_move_texts, tactics_line
 from ..held_out import content_key
 from ..mixture import EnvMixture
 from ..seeding import stable_seed
@@ -60,9 +60,20 @@ def position_tasks(mixture: EnvMixture, env: str, positions: str) -> list[Task]:
     return training_tasks(mixture, env) if positions == "training" else heldout_tasks(mixture, env)
 
 
+def tactical_moves(task: Task) -> tuple[str, ...]:
+    """The legal moves of a single-move OpenSpiel position that a one-ply tactician picks from (``tactics.py``,
+    from the task's real state); () for puzzles, full-game tasks and games without one-ply tactics."""
+    if task.env != "openspiel" or not task.legal_moves:
+        return ()
+    shown = set(task.legal_moves)
+    return tuple(move for move in tactical_move_texts(task.case, task.state) if move in shown)
+
+
 def ask(policy: Policy, tasks: list[Task], suite: str, seed: int, progress: bool) -> list[str]:
-    """The policy's reply to every task (one prompt each, seeded per task)."""
-    requests = [MoveRequest(task.messages, task.legal_moves, stable_seed(seed, suite, task.case, task.seed))
+    """The policy's reply to every task (one prompt each, seeded per task; the tactical moves for
+    ``scripted:tactician``)."""
+    requests = [MoveRequest(task.messages, task.legal_moves, stable_seed(seed, suite, task.case, task.seed),
+                            tactical_moves=tactical_moves(task))
                 for task in tasks]
     return respond_all(policy, requests, f"{policy.name}: {suite}", progress)
 
