@@ -74,14 +74,23 @@ def test_the_single_move_suite_reports_tactics_per_model_and_the_line(tmp_path):
     out = tmp_path / "eval"
     argv = ["--set", "openspiel.game_types=[tic_tac_toe,connect_four]", "--set", "val_tasks_per_case=24",
             "--set", "openspiel.mcts_simulations=20", "--suites", "single",
-            "--models", "first=scripted:first", "random=scripted:random", "--no-progress", "--out", str(out)]
+            "--models", "first=scripted:first", "random=scripted:random", "tactician=scripted:tactician",
+            "--no-progress", "--out", str(out)]
     assert eval_main(argv) == 0
     results = json.loads((out / "results.json").read_text())
     for case in ("tic_tac_toe", "connect_four"):
         line = results["single_move_baseline"][case]
         assert line["win_positions"] + line["block_positions"] > 0
         assert line["random_mover"] < line["tactics_line"] <= 1.0
-        for model in ("first", "random"):
+        # the suite gives the tactician its moves: it takes every win and blocks every threat, and one draw of it
+        # scores the line (the line is its mean over the draws) within its own sampling spread
+        single = results["models"]["tactician"]["single_move"]["cases"][case]
+        tactics = single["tactics"]
+        assert tactics["win_taken"]["k"] == tactics["win_taken"]["n"] == line["win_positions"] > 0
+        assert tactics["blocked"]["k"] == tactics["blocked"]["n"] == line["block_positions"]
+        assert single["legal"]["rate"] == 1.0 and abs(single["engine_score"] - line["tactics_line"]) < 0.05
+        assert single["engine_score"] > results["models"]["random"]["single_move"]["cases"][case]["engine_score"]
+        for model in ("first", "random", "tactician"):
             tactics = results["models"][model]["single_move"]["cases"][case]["tactics"]
             assert tactics["win_taken"]["n"] == line["win_positions"]
             assert tactics["blocked"]["n"] == line["block_positions"]
@@ -196,21 +205,3 @@ def test_without_tactical_moves_the_tactician_is_the_random_mover():
     requests = [MoveRequest((), ("Pass", "Bet"), seed) for seed in range(20)]
     assert ScriptedPolicy("t", "tactician").respond(requests) == ScriptedPolicy("r", "random").respond(requests)
     assert ScriptedPolicy("t", "tactician").respond([MoveRequest(())]) == ["<answer>?</answer>"]  # a puzzle
-
-
-def test_the_single_move_suite_gives_the_tactician_its_moves_and_it_plays_the_tactics_line(tmp_path):
-    out = tmp_path / "eval"
-    argv = ["--set", "openspiel.game_types=[tic_tac_toe,connect_four]", "--set", "val_tasks_per_case=24",
-            "--set", "openspiel.mcts_simulations=20", "--suites", "single",
-            "--models", "tactician=scripted:tactician", "random=scripted:random", "--no-progress", "--out", str(out)]
-    assert eval_main(argv) == 0
-    results = json.loads((out / "results.json").read_text())
-    for case in ("tic_tac_toe", "connect_four"):
-        line = results["single_move_baseline"][case]
-        single = results["models"]["tactician"]["single_move"]["cases"][case]
-        tactics = single["tactics"]
-        assert tactics["win_taken"]["k"] == tactics["win_taken"]["n"] == line["win_positions"] > 0
-        assert tactics["blocked"]["k"] == tactics["blocked"]["n"] == line["block_positions"]
-        # one draw of the tactician against the line (its mean over the draws): within its own sampling spread
-        assert single["legal"]["rate"] == 1.0 and abs(single["engine_score"] - line["tactics_line"]) < 0.05
-        assert single["engine_score"] > results["models"]["random"]["single_move"]["cases"][case]["engine_score"]
