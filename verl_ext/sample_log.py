@@ -106,7 +106,8 @@ def _keeps_text(position: sample_steps.Position, texts: int, per_step: int = 0) 
     turns = -(-position.cases // texts)  # steps until every case has had its turn
     if (position.case_rank + position.block) % turns:
         return False
-    # one arrival of the case, at a rank that moves with the step (a fixed multiplier: no state, no randomness)
+    # one arrival of the case, at a rank that moves with the step (the block times a large prime, modulo the
+    # expected count): spread over the step's arrivals, deterministic, no state
     return position.case_index == ((position.block * 7919 + position.case_rank) % expected if expected else 0)
 
 
