@@ -21,8 +21,8 @@ def _turn(board: list[str], answer: str, seat: int = 0) -> str:
             f"Choose the best move for you.\nassistant\n<answer>{answer}</answer>")
 
 
-def _game(step: int, *turns: str) -> dict:
-    return {"split": "train", "case": "connect_four", "game": 1.0, "step": step,
+def _game(step: int, *turns: str, moves: int = 9) -> dict:
+    return {"split": "train", "case": "connect_four", "game": 1.0, "step": step, "game_moves": moves,
             "reply": "\n".join(["<answer>x4</answer>", *turns])}
 
 
@@ -32,7 +32,8 @@ def test_threats_are_classified_by_line_and_blocks_counted(tmp_path, capsys):
     rows = [_game(1, _turn(HORIZONTAL, "x3")), _game(2, _turn(VERTICAL, "x0")), _game(3, rejected),
             _game(40, _turn(VERTICAL, "x6")),
             {"split": "train", "case": "tic_tac_toe", "game": 1.0, "step": 1, "reply": _turn(HORIZONTAL, "x3")},
-            {"split": "val", "case": "connect_four", "game": 1.0, "reply": _turn(HORIZONTAL, "x3")}]
+            {"split": "val", "case": "connect_four", "game": 1.0, "reply": _turn(HORIZONTAL, "x3")},
+            {"split": "train", "case": "connect_four", "game": 1.0, "step": 5, "game_moves": 21}]  # no text kept
     log = tmp_path / "run.samples.jsonl.gz"
     with gzip.open(log, "wt") as f:
         f.write("\n".join(json.dumps(r) for r in rows) + "\nnot json\n")
@@ -41,7 +42,9 @@ def test_threats_are_classified_by_line_and_blocks_counted(tmp_path, capsys):
     assert first["steps"] == "1-30" and first["horizontal"] == {"threats": 1, "blocked": 1, "rate": 1.0}
     assert first["vertical"] == {"threats": 1, "blocked": 0, "rate": 0.0}  # the rejected turn is skipped
     assert later["steps"] == "31-60" and later["vertical"]["blocked"] == 1 and later["diagonal"]["threats"] == 0
-    assert "| 1-30 | 0 / 1 (0 %) | 1 / 1 (100 %) | 0 / 0 | 0 / 0 |" in capsys.readouterr().out
+    # the kept games beside all of them: a log that kept only short games shows it
+    assert first["games"] == {"kept": 3, "kept_mean_moves": 9.0, "all": 4, "all_mean_moves": 12.0}
+    assert "| 1-30 | 0 / 1 (0 %) | 1 / 1 (100 %) | 0 / 0 | 0 / 0 | 3 (9.0) | 4 (12.0) |" in capsys.readouterr().out
 
 
 def test_a_board_no_move_order_reaches_is_left_out():

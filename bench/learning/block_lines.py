@@ -115,14 +115,25 @@ def turns_of(reply: str) -> list[tuple[list[str], int, int | None]]:
     return turns
 
 
+GAMES = "games"  # the table's key for (window start, GAMES): how the kept games compare with all of them
+
+
 def tally(path: Path, window: int) -> dict[tuple[int, str], list[int]]:
-    """{(window start, line): [threats, blocked]} over the kept connect_four training replies of the log."""
+    """{(window start, line): [threats, blocked]} over the kept connect_four training replies of the log, and
+    {(window start, GAMES): [kept games, their moves, all games, their moves]}: whether the kept games are like
+    all of them (logs before 2026-11-29 kept each step's shortest)."""
     table: dict[tuple[int, str], list[int]] = defaultdict(lambda: [0, 0])
     game = load_game(CASE)
-    for row in training_games(path, ('"reply"', CASE)):
+    for row in training_games(path, (CASE,)):
         if row.get("case") != CASE:
             continue
         start = window_start(row, window)
+        games = table.setdefault((start, GAMES), [0, 0, 0, 0])
+        moves = int(row.get("game_moves") or 0)
+        games[2:] = [games[2] + 1, games[3] + moves]
+        if not row.get("reply"):
+            continue
+        games[:2] = [games[0] + 1, games[1] + moves]
         for board, seat, column in turns_of(str(row.get("reply") or "")):
             order = history_of(board, seat)
             if order is None:
@@ -141,28 +152,39 @@ def tally(path: Path, window: int) -> dict[tuple[int, str], list[int]]:
 
 def rows_of(table: dict[tuple[int, str], list[int]], window: int) -> list[dict[str, Any]]:
     rows = []
-    for start in sorted({s for s, _ in table}):
+    for start in sorted({s for s, line in table if line != GAMES or table[(s, GAMES)][0]}):
         row: dict[str, Any] = {"steps": f"{start}-{start + window - 1}"}
         for line in LINES:
             threats, blocked = table.get((start, line), [0, 0])
             row[line] = {"threats": threats, "blocked": blocked, "rate": blocked / threats if threats else None}
+        kept, kept_moves, every, moves = table.get((start, GAMES), [0, 0, 0, 0])
+        row[GAMES] = {"kept": kept, "kept_mean_moves": kept_moves / kept if kept else None,
+                      "all": every, "all_mean_moves": moves / every if every else None}
         rows.append(row)
     return rows
 
 
+def _mean(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
 def markdown(rows: list[dict[str, Any]]) -> str:
-    lines = ["| steps | " + " | ".join(f"{line}: blocked / threats" for line in LINES) + " |",
-             "|---" * (1 + len(LINES)) + "|"]
+    lines = ["| steps | " + " | ".join(f"{line}: blocked / threats" for line in LINES)
+             + " | kept games (mean moves) | all games (mean moves) |",
+             "|---" * (3 + len(LINES)) + "|"]
     for row in rows:
         cells = [f"{row[line]['blocked']} / {row[line]['threats']}"
                  + (f" ({100 * row[line]['rate']:.0f} %)" if row[line]["rate"] is not None else "") for line in LINES]
+        games = row[GAMES]
+        cells += [f"{games['kept']} ({_mean(games['kept_mean_moves'])})",
+                  f"{games['all']} ({_mean(games['all_mean_moves'])})"]
         lines.append(f"| {row['steps']} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     return report_main(argv, __doc__, 30, lambda log, window: rows_of(tally(log, window), window), markdown,
-                       "no kept connect_four training reply with a threat to block")
+                       "no kept connect_four training reply")
 
 
 if __name__ == "__main__":
