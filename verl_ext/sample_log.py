@@ -8,13 +8,13 @@ pair a held-out position's replies across validation passes) and every metric of
 (score, valid, format_ok, failed, reward_ms, dataset_ms, and the full-game counts: game, win, draw, loss, ...).
 
 Reply text: ``VERL_EXT_SAMPLE_TEXTS`` samples (default 8; 0: none) of every step (validation: of every validation
-pass), shared among the cases seen so far (the first ``texts // cases`` of each case; with more cases than texts,
-one sample of ``texts`` cases a step, in turn), also keep the reply, cut to ``VERL_EXT_SAMPLE_TEXT_CHARS``
-characters (default 2,000: head and tail around a ``[... N chars cut ...]`` marker; full-game rows, whose reply is
-the whole conversation, keep mostly the tail), with ``reply_chars`` (its length) and ``reply_cut`` (characters
-cut). Lines also carry ``block`` (the step or validation pass, counted in this log) and, for training samples when
-``VERL_EXT_SAMPLES_PER_STEP`` is known, ``step`` (verl's step; ``sample_steps.py`` says how).
-``verl-ext samples <log>`` prints the replies.
+pass), shared among the cases seen so far (``texts // cases`` of each case, spread over its samples of the step:
+``_keeps_text``; with more cases than texts, one sample of ``texts`` cases a step, in turn), also keep the reply,
+cut to ``VERL_EXT_SAMPLE_TEXT_CHARS`` characters (default 2,000: head and tail around a ``[... N chars cut ...]``
+marker; full-game rows, whose reply is the whole conversation, keep mostly the tail), with ``reply_chars`` (its
+length) and ``reply_cut`` (characters cut). Lines also carry ``block`` (the step or validation pass, counted in
+this log) and, for training samples when ``VERL_EXT_SAMPLES_PER_STEP`` is known, ``step`` (verl's step;
+``sample_steps.py`` says how). ``verl-ext samples <log>`` prints the replies.
 
 Reward workers are separate processes: each line is one ``O_APPEND`` write (lines without text stay smaller than
 ``PIPE_BUF``; a line with a reply is ~3-25 kB, one write that Linux file systems append whole), so lines from
