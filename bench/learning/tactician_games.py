@@ -10,7 +10,9 @@ whole game tree, so only small games (tic_tac_toe: ~10 s a seat on 2 cores; conn
     python bench/learning/tactician_games.py --cases tic_tac_toe,connect_four --opponents random,mcts:50 --games 200
 
 The reference for issue 45's full-game targets (>= 85 % wins against random): a model that has learnt these
-tactics and nothing else would win about this often. Prints a table; --out writes the numbers as JSON.
+tactics and nothing else would win about this often. Prints a table; --out writes the numbers as JSON. The
+tactician also plays in `verl-ext eval`'s own arena, on the model evals' games (`--models t=scripted:tactician`,
+docs/eval.md); the engine and best-response players are only here.
 """
 
 from __future__ import annotations
