@@ -59,3 +59,14 @@ def test_a_log_without_connect_four_texts_says_so(tmp_path, capsys):
     log.write_text(json.dumps({"split": "train", "case": "tic_tac_toe", "reply": "x"}) + "\n")
     assert block_lines.main([str(log)]) == 1
     assert "no kept connect_four training reply" in capsys.readouterr().out
+
+
+def test_boards_drawn_as_a_numbered_grid_are_read_as_the_raw_board():
+    """openspiel.board_text grid / columns / lines (the columns arm's prompts): the same rows come back."""
+    from verl_ext.envs.board_text import render_board
+
+    for board in (HORIZONTAL, VERTICAL):
+        for style in ("raw", "grid", "columns", "lines"):
+            drawn = render_board("\n".join(board), style, "connect_four")
+            assert block_lines.board_rows(f"Current state:\n{drawn}\n\nLegal moves: x0") == board, style
+    assert block_lines.board_rows("Current state:\nno board here\n") is None

@@ -284,3 +284,28 @@ def test_the_random75_arm_is_the_tactics_arm_with_tic_tac_toe_mostly_against_ran
     for config in configs:
         config["data"]["env"]["openspiel"]["game"]["opponents_by_case"].pop("tic_tac_toe", None)
     assert configs[0] == configs[1]
+
+
+def test_the_columns_arm_is_the_tactics_arm_on_boards_with_a_line_per_column(tmp_path):
+    """smollm2-boardgames-columns-base.env + smollm2-boardgames-columns-tactics-grpo100.env: the raw-board cold start
+    and tactics run with openspiel.board_text=columns in every stage (SFT rows, GRPO, eval), and room for the
+    longest columns-board game row measured (5,830 SmolLM2 tokens); nothing else changed."""
+    columns_base = RUNS / "smollm2-boardgames-columns-base.env"
+    base_stages = files_dry_run(tmp_path, None, base=columns_base)
+    export = base_stages["export"][0]
+    at = export.index("openspiel.board_text=columns")
+    assert export[at - 1] == "--set"
+    assert export[:at - 1] + export[at + 1:] == dry_run(tmp_path, None)["export"][0]  # the same rows otherwise
+    sft = compose("sft_trainer_engine", overrides_of(base_stages["sft"][0]))
+    stages = files_dry_run(tmp_path, "columns-tactics-grpo100", base=columns_base,
+                           spec=RUNS / "smollm2-boardgames-columns-tactics-grpo100.env", run_dir="same")
+    columns = compose("ppo_trainer", overrides_of(stages["grpo"][0]))
+    assert check_ppo(columns, check_imports=False) == []
+    assert sft.data.max_length == columns.data.max_prompt_length + columns.data.max_response_length >= 5830
+    assert "openspiel.board_text=columns" in stages["eval"][0]
+    raw = compose("ppo_trainer", overrides_of(dry_run(tmp_path, "bycase-tactics-grpo100", run_dir="same")["grpo"][0]))
+    configs = [OmegaConf.to_container(cfg) for cfg in (raw, columns)]
+    assert configs[1]["data"]["env"]["openspiel"].pop("board_text") == "columns"
+    for config in configs:
+        config["data"].pop("max_response_length")
+    assert configs[0] == configs[1]

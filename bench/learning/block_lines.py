@@ -6,7 +6,8 @@ from the board text, then finds the one-ply threat (``verl_ext.envs.tactics.one_
 win at once, some do not). It classifies the threat by the line the opponent's winning reply would complete:
 vertical (a column), horizontal (a row), diagonal, or several. It records whether the reply blocked it.
 
-OpenSpiel prints the board row by row. A horizontal line is therefore a run of characters on one line of the
+OpenSpiel prints the board row by row (with ``openspiel.board_text`` grid, columns or lines the rows are numbered and
+spaced, and this reads them too). A horizontal line is therefore a run of characters on one line of the
 prompt, and a vertical one is the same character at the same offset on consecutive lines. A small model may read
 one and not the other (``win_lines.py`` found this for wins on held-out single moves).
 
@@ -42,6 +43,20 @@ MARKS = ("x", "o")  # player 0, player 1 in OpenSpiel's board text
 LINES = ("vertical", "horizontal", "diagonal", "several")
 _SEAT = re.compile(r"as player (\d) of 2")
 _BOARD = re.compile(r"Current state:\n((?:[.xo]{7}\n){6})")
+# openspiel.board_text grid, columns or lines (verl_ext/envs/board_text.py): a column header, then each row numbered
+# with spaced cells; the column and diagonal lines below it repeat the same cells
+_GRID_BOARD = re.compile(r"Current state:\n +0 1 2 3 4 5 6\n((?:\d(?: [.xo]){7}\n){6})")
+
+
+def board_rows(message: str) -> list[str] | None:
+    """The board's rows (top first, OpenSpiel's unspaced cells) in a prompt drawn raw or as a numbered grid."""
+    raw = _BOARD.search(message)
+    if raw:
+        return raw.group(1).splitlines()
+    grid = _GRID_BOARD.search(message)
+    if grid:
+        return [line[1:].replace(" ", "") for line in grid.group(1).splitlines()]
+    return None
 _ANSWER = re.compile(r"<answer>\s*x?o?(\d)\s*</answer>")
 
 
@@ -106,12 +121,12 @@ def turns_of(reply: str) -> list[tuple[list[str], int, int | None]]:
     turns = []
     messages = reply.split("\nuser\n")
     for message, following in zip(messages[1:], messages[2:] + [""]):
-        board = _BOARD.search(message)
+        board = board_rows(message)
         if not board or "That reply was rejected" in following:
             continue
         answer_part = message.split("\nassistant\n", 1)
         answer = _ANSWER.search(answer_part[1]) if len(answer_part) == 2 else None
-        turns.append((board.group(1).splitlines(), seat, int(answer.group(1)) if answer else None))
+        turns.append((board, seat, int(answer.group(1)) if answer else None))
     return turns
 
 
