@@ -43,6 +43,18 @@ def test_the_tactician_plays_whole_games_through_the_arenas_episodes(tmp_path, c
     assert "| tic_tac_toe | tactician | random | 24 |" in capsys.readouterr().out
 
 
+def test_the_optimal_player_never_loses_and_a_game_too_long_to_search_is_refused(tmp_path):
+    """--player optimal: a random move among the best exact values (alpha-beta); tic_tac_toe is a draw under best
+    play, so it never loses, and it wins more than the tactician against random."""
+    out = tmp_path / "optimal.json"
+    assert tactician_games.main(["--cases", "tic_tac_toe", "--opponents", "random", "--games", "24",
+                                 "--player", "optimal", "--out", str(out)]) == 0
+    (row,) = json.loads(out.read_text())
+    assert row["player"] == "optimal" and row["loss"]["k"] == 0 and row["win"]["k"] >= 18
+    with pytest.raises(SystemExit, match="case 'connect_four' cannot be"):
+        tactician_games.play("connect_four", "random", 2, player="optimal")
+
+
 @pytest.mark.slow
 def test_the_best_response_to_random_is_the_ceiling_against_the_random_bot(tmp_path, capsys):
     """OpenSpiel's BestResponsePolicy against the uniform random policy, through the arena's episodes: as the first

@@ -6,6 +6,9 @@ arena's `random` and `mcts:N`, with its tie-breaking). `--player engine` plays t
 `--player best-response` plays OpenSpiel's exact best response to the uniform random policy (`BestResponsePolicy`:
 the most return a player can expect against the `random` bot, so the ceiling of a win rate against it); it walks the
 whole game tree, so only small games (tic_tac_toe: ~10 s a seat on 2 cores; connect_four does not fit).
+`--player optimal` plays a random move among those of the best game-theoretic value (OpenSpiel's alpha-beta search,
+`verl_ext/envs/exact_values.py`): never a move that loses a drawn or won position, no preference among the rest. It
+is what a reward paying every value-keeping move would teach; same small games only.
 
     python bench/learning/tactician_games.py --cases tic_tac_toe,connect_four --opponents random,mcts:50 --games 200
 
@@ -27,6 +30,7 @@ from open_spiel.python.policy import UniformRandomPolicy
 
 from verl_ext.envs import make_env
 from verl_ext.envs.episode import parse_opponent
+from verl_ext.envs.exact_values import exact_move_values, exact_problem
 from verl_ext.envs.openspiel_env import load_game
 from verl_ext.envs.tactics import one_ply
 from verl_ext.evaluation.report import wdl_text
@@ -41,7 +45,14 @@ def tactician_move(case: str, state_str: str, legal: list[int], rng: random.Rand
     return rng.choice(pool)
 
 
-PLAYERS = ("tactician", "engine", "best-response")
+def optimal_move(game, state, rng: random.Random) -> int:
+    """A random action among those of the best exact value for the player to move (alpha-beta to the end)."""
+    values = exact_move_values(game, state)
+    best = max(values.values())
+    return rng.choice(sorted(action for action, value in values.items() if value == best))
+
+
+PLAYERS = ("tactician", "engine", "best-response", "optimal")
 # games whose whole tree BestResponsePolicy can walk in seconds (connect_four's ~4.5e12 states cannot be)
 BEST_RESPONSE_CASES = ("tic_tac_toe",)
 
@@ -75,6 +86,10 @@ def play(case: str, opponent_text: str, games: int, seed: int = 0, mcts_simulati
         best_response = None  # only the best-response player consults one
     elif best_response is None:
         best_response = BestResponse(case)
+    if player == "optimal":
+        problem = exact_problem(load_game(case))
+        if problem:
+            raise SystemExit(f"--player optimal searches to the end of the game; case {case!r} cannot be: {problem}")
     results = {"win": 0, "draw": 0, "loss": 0}
     by_seat = [{"win": 0, "draw": 0, "loss": 0} for _ in range(2)]
     for game in range(games):
@@ -86,6 +101,8 @@ def play(case: str, opponent_text: str, games: int, seed: int = 0, mcts_simulati
                 state = episode.state
                 if player == "engine":
                     episode.play(adapter.best_move(case, state.serialize()))
+                elif player == "optimal":
+                    episode.play(state.action_to_string(seat, optimal_move(episode.game, state, rng)))
                 elif best_response is not None:
                     episode.play(state.action_to_string(seat, best_response.action(state, seat)))
                 else:
