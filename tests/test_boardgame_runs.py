@@ -309,3 +309,19 @@ def test_the_columns_arm_is_the_tactics_arm_on_boards_with_a_line_per_column(tmp
     for config in configs:
         config["data"].pop("max_response_length")
     assert configs[0] == configs[1]
+
+
+def test_the_value_arm_is_the_tactics_arm_with_an_exact_value_share_for_tic_tac_toe(tmp_path):
+    """smollm2-boardgames-bycase-tactics-value-grpo100.env: the tactics arm with game.value_weight 0.3 and nothing
+    else changed; the workers' adapter carries it, and only tic_tac_toe's games can be valued exactly."""
+    arms = {run: compose("ppo_trainer", overrides_of(dry_run(tmp_path, run, run_dir="same")["grpo"][0]))
+            for run in ("bycase-tactics-grpo100", "bycase-tactics-value-grpo100")}
+    value = arms["bycase-tactics-value-grpo100"]
+    assert check_ppo(value, check_imports=False) == []
+    env = OmegaConf.to_container(value.data.env, resolve=True)
+    adapter = EnvMixture(env, where="data.env").adapters["openspiel"]
+    assert adapter.game_settings.value_weight == 0.3 and adapter.game_settings.tactics_weight == 0.3
+    assert adapter.values_exactly("tic_tac_toe") and not adapter.values_exactly("connect_four")
+    configs = [OmegaConf.to_container(cfg) for cfg in arms.values()]
+    configs[1]["data"]["env"]["openspiel"]["game"].pop("value_weight")
+    assert configs[0] == configs[1]

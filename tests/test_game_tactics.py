@@ -127,12 +127,17 @@ def test_ending_a_game_early_never_earns_from_the_tactics_share(tactics_weight):
     ({"win_chances": "many"}, "win_chances"),
 ])
 def test_the_reward_refuses_tactics_counts_the_turns_cannot_hold(counts, field):
-    env = _env()
+    assert refused_field(counts) == field
+
+
+def refused_field(counts: dict) -> str:
+    """The field the reward's record check names when a won tic_tac_toe game of 5 moves by the policy carries
+    ``counts``."""
     data = {"case": "tic_tac_toe", "seed": 0, "seat": 0, "opponent": "random", "result": "win", "returns": [1.0, -1.0],
             "normalised_return": 1.0, "moves": 9, "model_turns": 5, "model_moves": 5, "format_ok": 5, **counts}
     with pytest.raises(RecordError) as err:
-        trusted_record(data, env.utility_range("tic_tac_toe"), "tic_tac_toe")
-    assert err.value.field == field
+        trusted_record(data, _env().utility_range("tic_tac_toe"), "tic_tac_toe")
+    return err.value.field
 
 
 def test_a_forfeited_turn_may_hold_a_chance_and_the_checked_record_keeps_the_counts():

@@ -41,6 +41,8 @@ from typing import Hashable, Iterable, Sequence
 NO_ANSWER_ID = 0.0  # verl_ext.envs.answer.answer_id(None); not imported: that package loads every env (~0.1 s)
 # the reward's tactics extras (verl_ext.envs.tactics.TACTIC_KEYS, the same names; not imported, as above)
 TACTIC_FIELDS = ("win_chance", "win_taken", "block_chance", "blocked")
+# the reward's exact-value counts of a whole game (verl_ext.games.scoring.GAME_METRIC_KEYS; 0 for a single move)
+VALUE_FIELDS = ("value_turns", "values_kept")
 EQUAL_REWARDS = 1e-6  # rewards closer than this count as equal (verl's GRPO divides by std + 1e-6)
 MAX_CASES = 16  # per-case metrics for at most this many cases a step (those with the most replies)
 _CASE_NAME = re.compile(r"[^A-Za-z0-9_.-]+")
@@ -64,6 +66,9 @@ class Reply:
     win_taken: float | None = None
     block_chance: float | None = None
     blocked: float | None = None
+    # a whole game's turns valued exactly (tic_tac_toe) / those whose move kept the value; None where not reported
+    value_turns: float | None = None
+    values_kept: float | None = None
     # the answer is a whole game's opening reply (verl_ext.reward: a game row's answer_id), not a single move's
     opening: bool = False
 
@@ -148,11 +153,18 @@ def _answer_spread(groups: list[list[float]]) -> dict[str, float]:
             "favourite_share": _mean(favourites), "groups": float(len(groups))}
 
 
+# (Reply count field, Reply done field, share metric, count metric) of ``_tactics``
+_SHARES = (("win_chance", "win_taken", "tactics/win_taken", "tactics/win_chances"),
+           ("block_chance", "blocked", "tactics/blocked", "tactics/block_chances"),
+           ("value_turns", "values_kept", "value/kept", "value/turns"))
+
+
 def _tactics(replies: list[Reply]) -> dict[str, float]:
-    """``tactics/win_taken`` (of the replies with a win on the board, the share that took it) and
-    ``tactics/blocked`` (of those facing a threat, the share that blocked it), pooled and per case, with the
-    counts they are shares of (``tactics/win_chances``, ``tactics/block_chances``); nothing without chances.
-    Each reply adds its count (a single move's 0/1, a game's turns)."""
+    """``tactics/win_taken`` (of the replies with a win on the board, the share that took it),
+    ``tactics/blocked`` (of those facing a threat, the share that blocked it) and ``value/kept`` (of a whole
+    game's turns valued exactly, the share whose move kept the value), pooled and per case, with the counts they are
+    shares of (``tactics/win_chances``, ``tactics/block_chances``, ``value/turns``); nothing without
+    chances. Each reply adds its count (a single move's 0/1, a game's turns)."""
     metrics: dict[str, float] = {}
     by_case: dict[str, list[Reply]] = defaultdict(list)
     for reply in replies:
@@ -160,13 +172,13 @@ def _tactics(replies: list[Reply]) -> dict[str, float]:
     scopes = [("", replies)] + [(f"/{case_name(case)}", rs) for case, rs in
                                 sorted(by_case.items(), key=lambda item: -len(item[1]))[:MAX_CASES]]
     for suffix, scoped in scopes:
-        for chance, done, name in (("win_chance", "win_taken", "win_taken"), ("block_chance", "blocked", "blocked")):
+        for chance, done, name, count_name in _SHARES:
             counted = [(tactic_count(getattr(r, chance)), tactic_count(getattr(r, done))) for r in scoped]
             chances = sum(c for c, _ in counted)
             if chances:
-                metrics[f"tactics/{name}{suffix}"] = sum(min(d, c) for c, d in counted) / chances
+                metrics[f"{name}{suffix}"] = sum(min(d, c) for c, d in counted) / chances
                 if not suffix:
-                    metrics[f"tactics/{chance}s"] = float(chances)
+                    metrics[count_name] = float(chances)
     return metrics
 
 

@@ -137,7 +137,11 @@ def signal_panels(metrics: Steps) -> list[Panel]:
             shares = [(step, value / per_step[step]) for step, value in points if per_step.get(step, 0.0) > 0.0]
             if shares:
                 tactics.add(f"{name.replace('_', ' ')}, held-out {source} (greedy)", shares, marker=True)
-    return [signal, collapse, per_case, tactics]
+    # whole games searched to the end (game.value_weight's count): the share of valued turns that kept the value
+    values = Panel("whole games: moves that kept the position's value (exact)", ylim=(-0.02, 1.02))
+    for key in sorted({key for values in metrics.values() for key in values if key.startswith("value/kept/")}):
+        values.add(key.split("/")[-1], _series(metrics, key))
+    return [signal, collapse, per_case, tactics, values]
 
 
 def _level(metrics: Steps, key: str, value: float) -> list[tuple[int, float]]:

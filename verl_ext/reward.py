@@ -80,7 +80,7 @@ def _score_game_row(adapter: Any, info: Mapping[str, Any], started: float) -> di
         raise ValueError(f"extra_info.env={info.get('env')!r} does not play full games (extra_info.mode='game')")
     case = str(info.get("case"))
     record = trusted_record(raw, adapter.utility_range(case), case, _rows_opponent(info))
-    result = score_game(record, adapter.game_settings)
+    result = score_game(record, adapter.game_settings, valued=adapter.values_exactly(case))
     return _result(result.score, result.format_rate, result.legal_rate, result.outcome, False, started,
                    _dataset_ms(info), record, tactics=game_tactics(record))
 

@@ -153,7 +153,8 @@ def check_episodes(adapter: EpisodeEnv, case: str, seeds: tuple[int, ...] = (0, 
     and are never legal; returns come per player, lie in the adapter's ``utility_range`` and normalise into
     [0, 1] as that range does; the engine's reference move at the first turn, if the env has one, is legal;
     ``move_tactics`` answers None or well-formed one-ply flags at every turn, and ``tactical_moves`` legal moves
-    that agree with them (each takes the win, or blocks the threat, that ``move_tactics`` sees).
+    that agree with them (each takes the win, or blocks the threat, that ``move_tactics`` sees);
+    ``move_keeps_value`` answers None or a bool, with some legal move keeping a valued position's value.
     Games stop after ``max_moves``.
     """
     num_players = adapter.start_episode(case, seeds[0], 0).num_players
@@ -179,6 +180,22 @@ def _check_move_tactics(episode: Any, case: str, move: str) -> None:
                 or flags["win_taken"] > flags["win_chance"] or flags["blocked"] > flags["block_chance"] \
                 or (played is None and (flags["win_taken"] or flags["blocked"])):
             raise _fail(None, "episode tactics", f"{case}: move_tactics({played!r}) gave {flags!r}")
+
+
+def _check_move_keeps_value(episode: Any, case: str, moves: tuple[str, ...]) -> None:
+    """``move_keeps_value`` (the game record's value counts) answers None or a bool, never raises, says a turn
+    without a move keeps nothing, and where it values the position some legal move keeps its value."""
+    try:
+        kept = {None: episode.move_keeps_value(None), moves[0]: episode.move_keeps_value(moves[0])}
+        if kept[moves[0]] is not None:  # a valued game (small): every move; a large one is not asked move by move
+            kept.update((move, episode.move_keeps_value(move)) for move in moves[1:])
+    except Exception as err:  # noqa: BLE001 - nothing may escape
+        raise _fail(None, "episode value", f"{case}: move_keeps_value raised {err!r}")
+    if any(value is not None and not isinstance(value, bool) for value in kept.values()):
+        raise _fail(None, "episode value", f"{case}: move_keeps_value gave {kept!r}, not None or a bool")
+    if kept[None] or (kept[moves[0]] is not None and not any(kept[m] for m in moves)):
+        raise _fail(None, "episode value", f"{case}: move_keeps_value gave {kept!r}: a turn without a move keeps "
+                    "nothing, and some legal move keeps the value")
 
 
 def _check_tactical_moves(episode: Any, case: str, moves: tuple[str, ...]) -> None:
@@ -233,6 +250,7 @@ def _play_episode(adapter: EpisodeEnv, case: str, seed: int, seat: int, max_move
                     raise _fail(None, "episode hostile output", f"{case}: {str(response)[:60]!r} passed as legal")
         _check_move_tactics(episode, case, move)
         _check_tactical_moves(episode, case, moves)
+        _check_move_keeps_value(episode, case, moves)
         prompts.append(prompt)
         episode.play(move)
     returns = episode.returns()

@@ -149,6 +149,12 @@ class Episode(Protocol):
         taken, a threat to block / blocked, as 0/1); None where the game or position has none. Never raises."""
         ...
 
+    def move_keeps_value(self, move: str | None) -> bool | None:
+        """Whether playing ``move`` (a legal move as ``check`` returns it; None: a turn that ended without one) keeps
+        the position's game-theoretic value for the player to move (``envs/exact_values.py``; a turn without a
+        move does not); None where the game cannot be searched to its end or is over. Never raises."""
+        ...
+
     def tactical_moves(self) -> tuple[str, ...]:
         """The legal moves of the player to move (as ``legal_moves`` writes them) that a one-ply tactician picks
         from (``envs/tactics.py``: the winning moves, else those that do not let the opponent win at once, else
@@ -192,4 +198,8 @@ class EpisodeEnv(Protocol):
 
     def utility_range(self, case: str) -> UtilityRange:
         """The players and the range of returns of ``case`` (the reward checks game records against it)."""
+        ...
+
+    def values_exactly(self, case: str) -> bool:
+        """Whether ``case``'s games can be searched to the end, so the reward's ``game.value_weight`` applies."""
         ...

@@ -11,8 +11,12 @@ terminal rewards and at most ``MAX_GAME_LENGTH`` moves, since it searches the wh
 
 from __future__ import annotations
 
+import functools
+
 import pyspiel
 from open_spiel.python.algorithms import minimax
+
+from .openspiel_rules import load_game
 
 # tic_tac_toe: 9. A longer game (connect_four: 42) would make one position's search run for hours.
 MAX_GAME_LENGTH = 12
@@ -48,3 +52,30 @@ def exact_move_values(game: pyspiel.Game, state: pyspiel.State) -> dict[int, flo
             value, _ = minimax.alpha_beta_search(game, state=after, maximizing_player_id=mover)
             values[action] = float(value)
     return values
+
+
+# tic_tac_toe has 4,520 non-terminal positions: a worker keeps every one it meets
+_VALUED_POSITIONS = 8192
+
+
+@functools.lru_cache(maxsize=64)
+def exact_problem_of(case: str) -> str | None:
+    """``exact_problem`` of the game ``case`` loads (cached: the reward asks once per game)."""
+    return exact_problem(load_game(case))
+
+
+@functools.lru_cache(maxsize=_VALUED_POSITIONS)
+def _best_actions(case: str, serialized: str) -> frozenset[int]:
+    game = load_game(case)
+    values = exact_move_values(game, game.deserialize_state(serialized))
+    best = max(values.values())
+    return frozenset(action for action, value in values.items() if value == best)
+
+
+def keeps_value(case: str, state: pyspiel.State, action: int | None) -> bool | None:
+    """Whether playing ``action`` at ``state`` keeps the position's value under best play (one of the best exact
+    values; ``action`` None, a turn lost without a move: False); None where ``case`` cannot be searched to the end
+    or ``state`` is over. Values are cached per position."""
+    if exact_problem_of(case) is not None or state.is_terminal():
+        return None
+    return action in _best_actions(case, state.serialize())

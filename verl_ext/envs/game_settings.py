@@ -32,6 +32,10 @@ class GameSettings:
     # (wins on the board taken, threats blocked; 1.0 without such a turn): a missed block the opponent did not punish
     # still costs, and a lost game still pays for the blocks it made
     tactics_weight: float = 0.0
+    # share of the reward, in a game played to its end, for the policy's moves that kept the position's value under
+    # best play (envs/exact_values.py); only in games small enough to search to the end (tic_tac_toe): in the
+    # others the share goes to the outcome
+    value_weight: float = 0.0
 
     def validate(self, where: str) -> None:
         self.opponent_mixture_at(where)
@@ -49,12 +53,13 @@ class GameSettings:
                               f"(choose from {FOLLOWUP_PROMPTS})")
         if not 0.0 <= self.truncated_reward <= 1.0:
             raise ConfigError(f"{where}.truncated_reward: must be in [0, 1], got {self.truncated_reward!r}")
-        for key in ("format_weight", "legal_weight", "tactics_weight"):
+        for key in ("format_weight", "legal_weight", "tactics_weight", "value_weight"):
             if getattr(self, key) < 0.0:
                 raise ConfigError(f"{where}.{key}: must be >= 0, got {getattr(self, key)!r}")
-        if self.format_weight + self.legal_weight + self.tactics_weight >= 1.0:
-            raise ConfigError(f"{where}.format_weight + legal_weight + tactics_weight: must be < 1 (the rest rewards "
-                              f"the outcome), got {self.format_weight} + {self.legal_weight} + {self.tactics_weight}")
+        if self.format_weight + self.legal_weight + self.tactics_weight + self.value_weight >= 1.0:
+            raise ConfigError(f"{where}.format_weight + legal_weight + tactics_weight + value_weight: must be < 1 (the "
+                              f"rest rewards the outcome), got {self.format_weight} + {self.legal_weight} + "
+                              f"{self.tactics_weight} + {self.value_weight}")
 
     def opponent_mixture_at(self, where: str, case: str | None = None) -> OpponentMixture:
         """The opponents and their weights of ``case``'s games (its ``opponents_by_case`` entry, else the shared

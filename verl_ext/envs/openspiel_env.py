@@ -25,7 +25,7 @@ from .cfr_policy import DEFAULT_ITERATIONS as DEFAULT_CFR_ITERATIONS
 from .cfr_policy import DEFAULT_SOLVER, MAX_ITERATIONS, cfr_policy, cfr_problem
 from .config import ConfigError, from_mapping
 from .episode import MoveCheck, Opponent, UtilityRange
-from .exact_values import exact_move_values, exact_problem
+from .exact_values import exact_move_values, exact_problem, exact_problem_of
 from .game_settings import GameSettings
 from .openspiel_episode import OpenSpielEpisode
 from .openspiel_rules import legal_move_actions, load_game, match_move, normalised_return
@@ -179,6 +179,7 @@ class OpenSpielAdapter:
         self._cases = self._resolve_cases(config, where)
         if config.task_mode != "move":
             self._check_opponents(f"{where}.game")
+            self._check_value_term(f"{where}.game")
         self._positions: OnceLRU[_Position] = OnceLRU(config.cache_size)
         self._analyses: OnceLRU[dict[int, float]] = OnceLRU(config.cache_size)
         self._outcomes: OnceLRU[dict[int, float]] = OnceLRU(config.cache_size)
@@ -186,6 +187,18 @@ class OpenSpielAdapter:
         self._tie_breaks: OnceLRU[dict[int, float]] = OnceLRU(config.cache_size)
 
     # ----------------------------------------------------------------- configuration
+    def _check_value_term(self, where: str) -> None:
+        """``value_weight`` needs a case whose games can be searched to the end (the others pay the outcome)."""
+        if self.game_settings.value_weight > 0 and not any(self.values_exactly(case) for case in self._cases):
+            reasons = "; ".join(f"{case!r}: {exact_problem_of(case)}" for case in self._cases[:3])
+            raise ConfigError(f"{where}.value_weight: no case of this run can be valued exactly ({reasons}); the "
+                              "term is for games small enough to search to the end, such as tic_tac_toe")
+
+    def values_exactly(self, case: str) -> bool:
+        """Whether ``case``'s whole games carry the value term (``game.value_weight``): it can be searched to the
+        end (``exact_values.py``)."""
+        return exact_problem_of(case) is None
+
     def _check_opponents(self, where: str) -> None:
         """Every opponent each case's games may draw can play that case; ``opponents_by_case`` names known cases."""
         unknown = sorted(set(self.game_settings.opponents_by_case or {}) - set(self._cases))

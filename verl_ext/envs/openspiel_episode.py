@@ -15,6 +15,7 @@ from .answer import move_answer_key
 from .bot_ties import TieBreakingMCTSBot
 from .cfr_policy import DEFAULT_SOLVER, cfr_policy
 from .episode import MoveCheck, Opponent
+from .exact_values import exact_problem_of, keeps_value
 from .openspiel_rules import legal_move_actions, load_game, normalised_return
 from .tactics import one_ply, tactic_flags, tactical_move_texts
 
@@ -97,6 +98,15 @@ class OpenSpielEpisode:
                 return None
             return tactic_flags(tactics, None if move is None else legal_move_actions(self.state).get(move))
         except Exception:  # noqa: BLE001 - a metric and a reward term: a game that cannot be analysed has none
+            return None
+
+    def move_keeps_value(self, move: str | None) -> bool | None:
+        try:
+            if exact_problem_of(self.case) is not None:  # before the move lookup: a large game has many moves
+                return None
+            action = None if move is None else legal_move_actions(self.state).get(move)
+            return keeps_value(self.case, self.state, action)
+        except Exception:  # noqa: BLE001 - a metric and a reward term: a game that cannot be valued has none
             return None
 
     def tactical_moves(self) -> tuple[str, ...]:

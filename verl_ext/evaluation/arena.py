@@ -236,13 +236,16 @@ class Arena:
 
 def _game_tactics(records: list[GameRecord], conf: float) -> dict[str, Any] | None:
     """Over the games' model turns, the share of wins on the board taken and of threats blocked (one-ply tactics,
-    ``envs/tactics.py``); None in a game without them (no chance in any game)."""
+    ``envs/tactics.py``) and, in games searched to the end, of moves that kept the position's value
+    (``envs/exact_values.py``); None in a game without any of them."""
     win_chances = sum(r.win_chances for r in records)
     block_chances = sum(r.block_chances for r in records)
-    if not win_chances and not block_chances:
+    value_turns = sum(r.value_turns for r in records)
+    if not win_chances and not block_chances and not value_turns:
         return None
     return {"win_taken": proportion(sum(r.wins_taken for r in records), win_chances, conf) if win_chances else None,
-            "blocked": proportion(sum(r.blocks_made for r in records), block_chances, conf) if block_chances else None}
+            "blocked": proportion(sum(r.blocks_made for r in records), block_chances, conf) if block_chances else None,
+            "value_kept": proportion(sum(r.values_kept for r in records), value_turns, conf) if value_turns else None}
 
 
 def game_return(record: GameRecord) -> float:

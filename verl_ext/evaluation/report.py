@@ -286,9 +286,14 @@ def _seat_lines(results: dict[str, Any], names: list[str]) -> list[str]:
 
 
 def _game_tactics_lines(results: dict[str, Any], names: list[str]) -> list[str]:
-    """Per match with one-ply tactics, each model's wins taken and threats blocked over its game turns. Empty for
-    results without them (written before they were counted, or games without such tactics)."""
+    """Per match with one-ply tactics, each model's wins taken and threats blocked over its game turns, and the
+    share of its moves that kept the value where any match was valued exactly. Empty for results without them
+    (written before they were counted, or games without such tactics)."""
     first = results["models"][names[0]]["arena"]["matches"]
+    every = [results["models"][m]["arena"]["matches"][i].get("tactics") or {} for m in names for i in range(len(first))]
+    valued = any(t.get("value_kept") for t in every)  # results of games searched to the end (older: none)
+    keys = ("win_taken", "blocked") + (("value_kept",) if valued else ())
+    columns = ("took the win", "blocked") + (("kept the value",) if valued else ())
     rows = []
     for i, match in enumerate(first):
         per_model = [results["models"][m]["arena"]["matches"][i].get("tactics") for m in names]
@@ -297,14 +302,16 @@ def _game_tactics_lines(results: dict[str, Any], names: list[str]) -> list[str]:
         row = [match["case"], match["opponent"]]
         for tactics in per_model:
             tactics = tactics or {}
-            row += [rate_text(tactics.get("win_taken")), rate_text(tactics.get("blocked"))]
+            row += [rate_text(tactics.get(k)) for k in keys]
         rows.append(row)
     if not rows:
         return []
-    header = ["case", "opponent"] + [f"{m}: {k}" for m in names for k in ("took the win", "blocked")]
+    header = ["case", "opponent"] + [f"{m}: {k}" for m in names for k in columns]
+    valued = (" In games small enough to search to the end, the share of its moves that kept the position's value "
+              "under best play." if "value_kept" in keys else "")
     return ["", "One-ply tactics in the games: of the model's turns with a win on the board, the share it took; of "
             "those where the opponent threatened to win at once, the share it blocked (a forfeited turn counts as "
-            "missed).", ""] + _table(header, rows)
+            f"missed).{valued}", ""] + _table(header, rows)
 
 
 def _rejection_lines(results: dict[str, Any], names: list[str]) -> list[str]:

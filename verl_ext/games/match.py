@@ -116,6 +116,11 @@ class GameRecord:
     wins_taken: int = 0
     block_chances: int = 0
     blocks_made: int = 0
+    # the policy's turns in a game small enough to value exactly (envs/exact_values.py: tic_tac_toe) / those whose
+    # move kept the position's value under best play (a forfeited turn counts as not kept). The reward's
+    # ``game.value_weight`` pays the share kept.
+    value_turns: int = 0
+    values_kept: int = 0
 
     @property
     def done(self) -> bool:
@@ -256,14 +261,19 @@ class Match:
         return FALLBACK
 
     def _count_tactics(self, move: str | None) -> None:
-        """Add the ending turn's one-ply tactics (``move`` played, or None for a forfeit) to the record."""
+        """Add the ending turn's one-ply tactics and whether it kept the value (``move`` played, or None for a
+        forfeit) to the record."""
+        record = self.record
         flags = self.episode.move_tactics(move)
         if flags:
-            record = self.record
             record.win_chances += int(flags["win_chance"])
             record.wins_taken += int(flags["win_taken"])
             record.block_chances += int(flags["block_chance"])
             record.blocks_made += int(flags["blocked"])
+        kept = self.episode.move_keeps_value(move)
+        if kept is not None:
+            record.value_turns += 1
+            record.values_kept += int(kept)
 
     def _end_turn(self, player: int) -> None:
         self._turns_taken[player] += 1

@@ -16,7 +16,8 @@ pays more than the game earned. ``trusted_record`` rebuilds the record from chec
 - ``opponent`` is a string and, where the reward knows the row's seed, the opponent the row's game draws from
   its settings (``GameSettings.opponent_for``): a record cannot claim a game against a different opponent.
 - the one-ply tactics counts: ``wins_taken <= win_chances``, ``blocks_made <= block_chances``, at most one
-  chance per turn that ended in a move or a forfeit, and no more taken than moves played;
+  chance per turn that ended in a move or a forfeit, and no more taken than moves played; the same for the exact
+  value counts (``values_kept <= value_turns`` <= such turns, ``values_kept`` <= moves played);
 - ``opening_move`` (read by the collapse metrics only) is absent, None or a string of at most
   ``MAX_OPENING_CHARS`` characters, and only in a record with at least one model turn.
 
@@ -37,10 +38,11 @@ from .match import GameRecord, result_from_returns
 RESULTS = ("win", "draw", "loss")
 COUNT_FIELDS = ("moves", "model_turns", "model_moves", "format_ok", "rejected", "retries", "model_tokens",
                 "opponent_replies", "opponent_rejected", "opponent_fallbacks", "win_chances", "wins_taken",
-                "block_chances", "blocks_made")
+                "block_chances", "blocks_made", "value_turns", "values_kept")
 # Bounds every legitimate record meets: (smaller, larger).
 COUNT_BOUNDS = (("format_ok", "model_turns"), ("model_moves", "format_ok"), ("rejected", "model_turns"),
-                ("retries", "rejected"), ("wins_taken", "win_chances"), ("blocks_made", "block_chances"))
+                ("retries", "rejected"), ("wins_taken", "win_chances"), ("blocks_made", "block_chances"),
+                ("values_kept", "value_turns"))
 _TOLERANCE = 1e-9
 MAX_OPENING_CHARS = 256  # a legal move's text; longer is not a move the episode accepted
 
@@ -105,7 +107,8 @@ def trusted_record(data: Any, utility: UtilityRange, case: str, opponent: str | 
 
 def _check_tactics(counts: dict[str, int], forfeited: bool) -> None:
     """A turn has at most one tactic (a win to take, else a threat to block), and a taken win or a block is a move
-    played: chances <= the turns that end in a move or a forfeit, tactics played right <= moves played."""
+    played: chances <= the turns that end in a move or a forfeit, tactics played right <= moves played. A turn is
+    valued at most once, and a value kept is a move played."""
     chances = counts["win_chances"] + counts["block_chances"]
     turns = counts["model_moves"] + int(forfeited)
     if chances > turns:
@@ -113,6 +116,10 @@ def _check_tactics(counts: dict[str, int], forfeited: bool) -> None:
     taken = counts["wins_taken"] + counts["blocks_made"]
     if taken > counts["model_moves"]:
         raise RecordError("wins_taken + blocks_made", taken, f"more than model_moves={counts['model_moves']}")
+    if counts["value_turns"] > turns:
+        raise RecordError("value_turns", counts["value_turns"], f"more than the policy's turns ({turns})")
+    if counts["values_kept"] > counts["model_moves"]:
+        raise RecordError("values_kept", counts["values_kept"], f"more than model_moves={counts['model_moves']}")
 
 
 def _opening(data: Mapping[str, Any], model_turns: int) -> str | None:

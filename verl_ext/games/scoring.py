@@ -9,19 +9,21 @@ from .match import GameRecord
 
 # Per-sample metrics every reward call returns (verl takes the metric keys from the first sample of a batch).
 GAME_METRIC_KEYS = ("game", "win", "draw", "loss", "forfeit", "truncated", "game_moves", "model_turns",
-                    "model_tokens", "rejected_replies")
+                    "model_tokens", "rejected_replies", "value_turns", "values_kept")
 
 
 @dataclass(frozen=True)
 class GameScore:
-    """``score = (1 - fw - lw - tw) * outcome + fw * format_rate + lw * legal_rate + tw * tactics_rate * played_out``
-    (fw/lw/tw: format/legal/tactics weight; ``played_out``: the game ended by its rules, not by a forfeit or a cap)."""
+    """``score = (1 - fw - lw - tw - vw) * outcome + fw * format_rate + lw * legal_rate
+    + (tw * tactics_rate + vw * value_rate) * played_out`` (fw/lw/tw/vw: format/legal/tactics/value weight, vw 0 in
+    a game that cannot be valued exactly; ``played_out``: the game ended by its rules, not by a forfeit or a cap)."""
 
     score: float
     outcome: float
     format_rate: float
     legal_rate: float
     tactics_rate: float
+    value_rate: float = 1.0
 
 
 def outcome_value(record: GameRecord, truncated_reward: float) -> float:
@@ -40,13 +42,21 @@ def tactics_rate(record: GameRecord) -> float:
     return (record.wins_taken + record.blocks_made) / chances if chances else 1.0
 
 
+def value_rate(record: GameRecord) -> float:
+    """The share of the policy's valued turns whose move kept the position's value under best play (a forfeited
+    turn kept nothing); 1.0 without a valued turn."""
+    return record.values_kept / record.value_turns if record.value_turns else 1.0
+
+
 def played_out(record: GameRecord) -> bool:
     """Whether the game ended by its own rules: not forfeited, not stopped by a cap or the token budget."""
     return record.forfeit is None and record.truncated is None and record.result is not None
 
 
-def score_game(record: GameRecord, settings: GameSettings) -> GameScore:
-    """The training reward of a finished (or truncated) game, in [0, 1].
+def score_game(record: GameRecord, settings: GameSettings, valued: bool = False) -> GameScore:
+    """The training reward of a finished (or truncated) game, in [0, 1]; ``valued``: the game can be valued exactly
+    (``OpenSpielAdapter.values_exactly``), so ``settings.value_weight`` pays the moves that kept the value (else
+    that share pays the outcome).
 
     The tactics share pays only a game played to its end. It paid every game once, and GRPO found it: a game
     forfeited before any one-ply chance kept the whole share (0.30 against ~0.05 for a loss played out) and
@@ -55,13 +65,14 @@ def score_game(record: GameRecord, settings: GameSettings) -> GameScore:
     turns = max(1, record.model_turns)
     format_rate = record.format_ok / turns if record.model_turns else 0.0
     legal_rate = record.model_moves / turns if record.model_turns else 0.0
-    tactics = tactics_rate(record)
+    tactics, values = tactics_rate(record), value_rate(record)
     outcome = outcome_value(record, settings.truncated_reward)
     fw, lw, tw = settings.format_weight, settings.legal_weight, settings.tactics_weight
-    score = (1.0 - fw - lw - tw) * outcome + fw * format_rate + lw * legal_rate
+    vw = settings.value_weight if valued else 0.0
+    score = (1.0 - fw - lw - tw - vw) * outcome + fw * format_rate + lw * legal_rate
     if played_out(record):
-        score += tw * tactics
-    return GameScore(min(1.0, max(0.0, score)), outcome, format_rate, legal_rate, tactics)
+        score += tw * tactics + vw * values
+    return GameScore(min(1.0, max(0.0, score)), outcome, format_rate, legal_rate, tactics, values)
 
 
 def game_metrics(record: GameRecord | None) -> dict[str, float]:
@@ -84,4 +95,6 @@ def game_metrics(record: GameRecord | None) -> dict[str, float]:
         "model_turns": float(record.model_turns),
         "model_tokens": float(record.model_tokens),
         "rejected_replies": float(record.rejected),
+        "value_turns": float(record.value_turns),
+        "values_kept": float(record.values_kept),
     }

@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from types import ModuleType
 from typing import Any
 
-from verl_ext.group_stats import TACTIC_FIELDS, Reply, step_metrics
+from verl_ext.group_stats import TACTIC_FIELDS, VALUE_FIELDS, Reply, step_metrics
 from verl_ext.patches.import_hook import after_import
 from verl_ext.signal_alarm import MARK, MODE_VAR, MODES, NoLearningSignal, SignalAlarm
 from verl_ext.patches.registry import apply_if_named
@@ -158,7 +158,7 @@ def replies_of(batch: Any, data: Any) -> list[Reply]:
         replies.append(Reply(group=str(uid), reward=reward, answer=_answer(scored),
                              format_ok=_number(scored.get("format_ok")), valid=_number(scored.get("valid")),
                              case=str(info.get("case", "")) if isinstance(info, Mapping) else "",
-                             **{key: _number(scored.get(key)) for key in TACTIC_FIELDS},
+                             **{key: _number(scored.get(key)) for key in TACTIC_FIELDS + VALUE_FIELDS},
                              opening=_number(scored.get("game")) == 1.0))
     return replies
 
