@@ -32,6 +32,9 @@ from verl_ext.runlog import Steps, read_runs
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+# Wider figures are unreadable once scaled to a page: panels wrap after this many a row.
+PANELS_PER_ROW = 4
+
 
 def read_run_metrics(pattern: str) -> Steps:
     """verl's metrics of every file matching ``pattern``, read in name order as one run (``runlog.read_runs``)."""
@@ -120,10 +123,15 @@ def main(argv: list[str] | None = None) -> None:
     panels = [(key, key) for key in args.keys.split(",") if key] if runs else []
     panels += [(f"held-out {case} (greedy)", case) for case in args.val.split(",") if case and runs]
     curve_cases = list(dict.fromkeys(case for curve in curves.values() for case in curve))
-    columns = len(panels) + len(curve_cases)
-    fig, axes = plt.subplots(1, columns, figsize=(4.6 * columns, 3.8), squeeze=False)
+    count = len(panels) + len(curve_cases)
+    columns = min(count, PANELS_PER_ROW)
+    rows = -(-count // columns)
+    fig, grid = plt.subplots(rows, columns, figsize=(4.6 * columns, 3.8 * rows), squeeze=False)
+    axes = list(grid.flat)
+    for spare in axes[count:]:
+        spare.set_visible(False)
     plotted: dict[str, dict[str, object]] = {}
-    for ax, (title, key) in zip(axes[0], panels):
+    for ax, (title, key) in zip(axes, panels):
         is_val = key in args.val.split(",")
         for name, metrics in runs.items():
             try:
@@ -139,7 +147,7 @@ def main(argv: list[str] | None = None) -> None:
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-    for ax, case in zip(axes[0][len(panels):], curve_cases):
+    for ax, case in zip(axes[len(panels):], curve_cases):
         title = f"{case} exploitability (exact)"
         for name, curve in curves.items():
             points = curve.get(case, [])
