@@ -9,7 +9,7 @@ import pytest
 from verl_ext.envs import make_env
 from verl_ext.envs.config import ConfigError
 from verl_ext.envs.episode import Opponent
-from verl_ext.envs.exact_values import keeps_value
+from verl_ext.envs.exact_values import best_actions
 from verl_ext.envs.game_settings import GameSettings
 from verl_ext.envs.openspiel_rules import load_game
 from verl_ext.games import RECORD_FIELD
@@ -41,11 +41,13 @@ def _self_play(moves: list[str], seat: int = 0, retries: int = 0) -> Match:
 def test_only_the_moves_that_keep_the_value_keep_it():
     game = load_game("tic_tac_toe")
     state = game.new_initial_state()
-    assert all(keeps_value("tic_tac_toe", state, action) for action in state.legal_actions())  # a draw everywhere
+    assert best_actions("tic_tac_toe", state) == frozenset(state.legal_actions())  # a draw everywhere
     state.apply_action(0)  # x in the corner
-    assert [a for a in state.legal_actions() if keeps_value("tic_tac_toe", state, a)] == [4]  # o: the centre only
-    assert keeps_value("tic_tac_toe", state, None) is False  # a turn without a move keeps nothing
-    assert keeps_value("connect_four", load_game("connect_four").new_initial_state(), 3) is None  # too long to search
+    assert best_actions("tic_tac_toe", state) == {4}  # o: the centre only
+    assert best_actions("connect_four", load_game("connect_four").new_initial_state()) is None  # too long to search
+    for action in (4, 1, 8, 2):  # ... x completes the top row
+        state.apply_action(action)
+    assert state.is_terminal() and best_actions("tic_tac_toe", state) is None  # a finished game has no move to value
 
 
 def test_the_record_counts_the_policys_valued_turns_only():

@@ -30,7 +30,7 @@ from open_spiel.python.policy import UniformRandomPolicy
 
 from verl_ext.envs import make_env
 from verl_ext.envs.episode import parse_opponent
-from verl_ext.envs.exact_values import exact_move_values, exact_problem
+from verl_ext.envs.exact_values import best_actions, exact_problem_of
 from verl_ext.envs.openspiel_env import load_game
 from verl_ext.envs.tactics import one_ply
 from verl_ext.evaluation.report import wdl_text
@@ -45,11 +45,9 @@ def tactician_move(case: str, state_str: str, legal: list[int], rng: random.Rand
     return rng.choice(pool)
 
 
-def optimal_move(game, state, rng: random.Random) -> int:
+def optimal_move(case: str, state, rng: random.Random) -> int:
     """A random action among those of the best exact value for the player to move (alpha-beta to the end)."""
-    values = exact_move_values(game, state)
-    best = max(values.values())
-    return rng.choice(sorted(action for action, value in values.items() if value == best))
+    return rng.choice(sorted(best_actions(case, state)))
 
 
 PLAYERS = ("tactician", "engine", "best-response", "optimal")
@@ -87,7 +85,7 @@ def play(case: str, opponent_text: str, games: int, seed: int = 0, mcts_simulati
     elif best_response is None:
         best_response = BestResponse(case)
     if player == "optimal":
-        problem = exact_problem(load_game(case))
+        problem = exact_problem_of(case)
         if problem:
             raise SystemExit(f"--player optimal searches to the end of the game; case {case!r} cannot be: {problem}")
     results = {"win": 0, "draw": 0, "loss": 0}
@@ -102,7 +100,7 @@ def play(case: str, opponent_text: str, games: int, seed: int = 0, mcts_simulati
                 if player == "engine":
                     episode.play(adapter.best_move(case, state.serialize()))
                 elif player == "optimal":
-                    episode.play(state.action_to_string(seat, optimal_move(episode.game, state, rng)))
+                    episode.play(state.action_to_string(seat, optimal_move(case, state, rng)))
                 elif best_response is not None:
                     episode.play(state.action_to_string(seat, best_response.action(state, seat)))
                 else:

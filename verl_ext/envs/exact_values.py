@@ -65,17 +65,17 @@ def exact_problem_of(case: str) -> str | None:
 
 
 @functools.lru_cache(maxsize=_VALUED_POSITIONS)
-def _best_actions(case: str, serialized: str) -> frozenset[int]:
+def _best_actions_at(case: str, serialized: str) -> frozenset[int]:
     game = load_game(case)
     values = exact_move_values(game, game.deserialize_state(serialized))
     best = max(values.values())
     return frozenset(action for action, value in values.items() if value == best)
 
 
-def keeps_value(case: str, state: pyspiel.State, action: int | None) -> bool | None:
-    """Whether playing ``action`` at ``state`` keeps the position's value under best play (one of the best exact
-    values; ``action`` None, a turn lost without a move: False); None where ``case`` cannot be searched to the end
-    or ``state`` is over. Values are cached per position."""
+def best_actions(case: str, state: pyspiel.State) -> frozenset[int] | None:
+    """The legal actions at ``state`` that keep the position's value under best play (those of the best exact
+    value for the player to move); None where ``case`` cannot be searched to the end or ``state`` is over. Cached
+    per position."""
     if exact_problem_of(case) is not None or state.is_terminal():
         return None
-    return action in _best_actions(case, state.serialize())
+    return _best_actions_at(case, state.serialize())

@@ -15,7 +15,7 @@ from .answer import move_answer_key
 from .bot_ties import TieBreakingMCTSBot
 from .cfr_policy import DEFAULT_SOLVER, cfr_policy
 from .episode import MoveCheck, Opponent
-from .exact_values import exact_problem_of, keeps_value
+from .exact_values import best_actions
 from .openspiel_rules import legal_move_actions, load_game, normalised_return
 from .tactics import one_ply, tactic_flags, tactical_move_texts
 
@@ -102,10 +102,10 @@ class OpenSpielEpisode:
 
     def move_keeps_value(self, move: str | None) -> bool | None:
         try:
-            if exact_problem_of(self.case) is not None:  # before the move lookup: a large game has many moves
+            best = best_actions(self.case, self.state)  # before the move lookup: None for a game too large to search
+            if best is None:
                 return None
-            action = None if move is None else legal_move_actions(self.state).get(move)
-            return keeps_value(self.case, self.state, action)
+            return move is not None and legal_move_actions(self.state).get(move) in best
         except Exception:  # noqa: BLE001 - a metric and a reward term: a game that cannot be valued has none
             return None
 

@@ -307,11 +307,11 @@ def _game_tactics_lines(results: dict[str, Any], names: list[str]) -> list[str]:
     if not rows:
         return []
     header = ["case", "opponent"] + [f"{m}: {k}" for m in names for k in columns]
-    valued = (" In games small enough to search to the end, the share of its moves that kept the position's value "
-              "under best play." if "value_kept" in keys else "")
+    value_note = (" In games small enough to search to the end, the share of its moves that kept the position's value "
+                  "under best play." if "value_kept" in keys else "")
     return ["", "One-ply tactics in the games: of the model's turns with a win on the board, the share it took; of "
             "those where the opponent threatened to win at once, the share it blocked (a forfeited turn counts as "
-            f"missed).{valued}", ""] + _table(header, rows)
+            f"missed).{value_note}", ""] + _table(header, rows)
 
 
 def _rejection_lines(results: dict[str, Any], names: list[str]) -> list[str]:
