@@ -1,6 +1,7 @@
 """Static checks of the Docker set-up and of every shell script in the repo; no Docker engine or GPU needed.
 
-- hadolint on every Dockerfile, shellcheck on every shell script (found through git, so new ones are covered);
+- hadolint on every Dockerfile, shellcheck on every shell script and every learning run file (bench/learning/runs/*.env),
+  found through git, so new ones are covered;
 - docker/Dockerfile installs the project from pyproject.toml, and any version it names equals pyproject's pin;
 - .env.example documents every variable the scripts and the package read (minus a commented allowlist);
 - docker_run.sh, run against a fake `docker` that records its argv.
@@ -122,6 +123,16 @@ def test_shellcheck_every_shell_script():
     assert DOCKER_RUN in scripts
     result = run([tool("shellcheck"), "--external-sources", "--severity=style",
                   *(str(p.relative_to(REPO)) for p in scripts)], cwd=REPO)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_shellcheck_every_run_file():
+    """The learning runs' .env files are bash that the driver sources with ``set -a`` (bench/learning/
+    gpu_shared_cold_start.sh): checked as bash, their knobs exempt from "assigned but unused" (SC2034)."""
+    run_files = [p for p in repo_files() if p.suffix == ".env" and p.parent == REPO / "bench" / "learning" / "runs"]
+    assert len(run_files) >= 10, run_files
+    result = run([tool("shellcheck"), "--shell=bash", "--source-path=SCRIPTDIR", "--external-sources",
+                  "--severity=style", "--exclude=SC2034", *(str(p.relative_to(REPO)) for p in run_files)], cwd=REPO)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
