@@ -1,7 +1,7 @@
 """Static checks of the Docker set-up and of every shell script in the repo; no Docker engine or GPU needed.
 
-- hadolint on every Dockerfile, shellcheck on every shell script and every learning run file (bench/learning/runs/*.env),
-  found through git, so new ones are covered;
+- hadolint on every Dockerfile, shellcheck on every shell script and every learning run file
+  (bench/learning/runs/*.env), found through git, so new ones are covered;
 - docker/Dockerfile installs the project from pyproject.toml, and any version it names equals pyproject's pin;
 - .env.example documents every variable the scripts and the package read (minus a commented allowlist);
 - docker_run.sh, run against a fake `docker` that records its argv.
