@@ -1,0 +1,64 @@
+"""bench/learning/board_credit_model.py, the tabular model of whole-game tic_tac_toe GRPO: its positions are the
+boards (move orders merge), its start keeps the exact value where told to, its games are the agent loop's (Match,
+score_game), its per-move advantages are centred per group, and a short run of each variant trains and reports."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from bench_scripts import load_bench_script
+from verl_ext.envs import make_env
+from verl_ext.envs.openspiel_rules import load_game
+
+model = load_bench_script("board_credit_model")
+
+
+def _env():
+    return make_env("openspiel", {"cases": ["tic_tac_toe"], "task_mode": "game", "game": {"tactics_weight": 0.3}})
+
+
+def test_move_orders_that_reach_one_board_share_its_row():
+    policy = model.TabularPolicy(keep_logit=1.0, noise=1.0, seed=0)
+    game = load_game("tic_tac_toe")
+    first, second = game.new_initial_state(), game.new_initial_state()
+    for action in (0, 4, 8):
+        first.apply_action(action)
+    for action in (8, 4, 0):
+        second.apply_action(action)
+    assert policy.row(first) == policy.row(second) and len(policy.rows) == 1
+    assert policy.legal[0].sum() == 6 and policy.probs([0])[0][[0, 4, 8]].sum() == 0.0  # taken cells never played
+
+
+def test_a_start_that_keeps_the_value_never_loses_to_random():
+    policy = model.TabularPolicy(keep_logit=5.0, noise=0.0, seed=0)
+    result = model.evaluate(policy, _env(), games=20, seed=0)
+    assert result["kept"] == 1.0 and result["second_seat"]["loss"] == 0
+    assert result["win"]["k"] >= 10  # tic_tac_toe is a draw under best play; random errs often
+
+
+def test_per_move_advantages_are_centred_per_group_and_zero_where_moves_agree():
+    moves = model.Moves(rows=[0] * 6, actions=[0] * 6, games=[0, 0, 1, 2, 2, 3], kept=[1, 0, 1, 1, 1, 1])
+    adv = model.move_advantages(moves, np.array([0, 0, 1, 1]))  # games 0-1: group 0, games 2-3: group 1
+    assert adv[:3].sum() == pytest.approx(0.0, abs=1e-9) and adv[0] > 0 > adv[1]
+    assert np.all(adv[3:] == 0.0)  # group 1 kept every value: no move stands out
+
+
+def test_each_variant_trains_and_reports(tmp_path):
+    out = tmp_path / "credit.json"
+    assert model.main(["--variants", "outcome,value,per-move", "--steps", "2", "--seeds", "1", "--groups", "2",
+                       "--every", "1", "--eval-games", "4", "--lr", "0.5", "--out", str(out),
+                       "--plot", str(tmp_path / "credit.png")]) == 0
+    results = json.loads(out.read_text())["results"]
+    assert set(results) == {"outcome", "value", "per-move"}
+    for runs in results.values():
+        assert [r["step"] for r in runs[0]] == [0, 1, 2]
+        assert all(0.0 <= r["kept"] <= 1.0 and r["win"]["n"] == 4 and r["positions"] > 0 for r in runs[0])
+    assert (tmp_path / "credit.png").stat().st_size > 10_000
+
+
+def test_an_unknown_variant_is_named():
+    with pytest.raises(SystemExit):
+        model.main(["--variants", "outcome,turn-level"])
