@@ -325,3 +325,24 @@ def test_the_value_arm_is_the_tactics_arm_with_an_exact_value_share_for_tic_tac_
     configs = [OmegaConf.to_container(cfg) for cfg in arms.values()]
     configs[1]["data"]["env"]["openspiel"]["game"].pop("value_weight")
     assert configs[0] == configs[1]
+
+
+def test_the_seat_arm_is_the_tactics_arm_with_the_second_seat_in_three_games_of_four(tmp_path):
+    """smollm2-boardgames-bycase-tactics-seat13-grpo100.env: the tactics arm with game.seat_weights [1, 3] and nothing
+    else changed; the workers' rows put the policy in the second seat about 3 times in 4, in both games."""
+    arms = {run: compose("ppo_trainer", overrides_of(dry_run(tmp_path, run, run_dir="same")["grpo"][0]))
+            for run in ("bycase-tactics-grpo100", "bycase-tactics-seat13-grpo100")}
+    seats = arms["bycase-tactics-seat13-grpo100"]
+    assert check_ppo(seats, check_imports=False) == []
+    env = OmegaConf.to_container(seats.data.env, resolve=True)
+    mixture = EnvMixture(env, where="data.env")
+    assert mixture.adapters["openspiel"].game_settings.seat_weights == [1.0, 3.0]
+    plan = mixture.plan("train")
+    for case in ("tic_tac_toe", "connect_four"):
+        refs = [ref for ref in plan if ref.case == case][:300]
+        mine = [mixture.row(ref, "train", i)["extra_info"]["seat"] for i, ref in enumerate(refs)]
+        assert len(mine) == 300 and 0.65 < sum(mine) / len(mine) < 0.85
+    configs = [OmegaConf.to_container(cfg) for cfg in arms.values()]
+    configs[1]["data"]["env"]["openspiel"]["game"].pop("seat_weights")
+    assert configs[0] == configs[1]
+

@@ -4,8 +4,9 @@ verl 0.9.1's v1 trainer does not put custom reward fields into its training metr
 legal-move rate, format rate and our own time per sample would otherwise be invisible. When
 ``VERL_EXT_SAMPLE_LOG`` names a file (the train scripts set it next to the run's log), every reward call
 appends ``{"time", "split", "env", "case"}``, the task's ``seed`` and row ``index`` (from ``extra_info``: they
-pair a held-out position's replies across validation passes) and every metric of ``verl_ext.reward.METRIC_KEYS``
-(score, valid, format_ok, failed, reward_ms, dataset_ms, and the full-game counts: game, win, draw, loss, ...).
+pair a held-out position's replies across validation passes), a game row's ``seat`` and every metric of
+``verl_ext.reward.METRIC_KEYS`` (score, valid, format_ok, failed, reward_ms, dataset_ms, and the full-game counts:
+game, win, draw, loss, ...).
 
 Reply text: ``VERL_EXT_SAMPLE_TEXTS`` samples (default 8; 0: none) of every step (validation: of every validation
 pass), shared among the cases seen so far (``texts // cases`` of each case, spread over its samples of the step:
@@ -140,7 +141,8 @@ def record(info: Mapping[str, Any], result: Mapping[str, float], reply: Any = No
         opponent = _opponent(info)
         if opponent is not None:
             entry["opponent"] = opponent
-        for key in ("seed", "index"):  # which task: pairs a position's replies across validation passes
+        # which task (pairs a position's replies across validation passes) and, in game rows, the policy's seat
+        for key in ("seed", "index", "seat"):
             value = info.get(key)
             if isinstance(value, int) and not isinstance(value, bool):
                 entry[key] = value

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import math
+import random
 from dataclasses import dataclass
 from typing import Any
 
+from ..seeding import stable_seed
 from .config import ConfigError
 from .episode import Opponent
 from .opponent_mixture import OpponentMixture, parse_opponent_list, parse_opponent_text
@@ -36,6 +39,9 @@ class GameSettings:
     # best play (envs/exact_values.py); only in games small enough to search to the end (tic_tac_toe): in the
     # others the share goes to the outcome
     value_weight: float = 0.0
+    # relative weight of each seat for the trained policy, one per player, e.g. [1, 3]: the second seat in about 3
+    # games of 4 (drawn from the task's seed, so a GRPO group shares it); None: the seat alternates with the task index
+    seat_weights: list[float] | None = None
 
     def validate(self, where: str) -> None:
         self.opponent_mixture_at(where)
@@ -56,6 +62,8 @@ class GameSettings:
         for key in ("format_weight", "legal_weight", "tactics_weight", "value_weight"):
             if getattr(self, key) < 0.0:
                 raise ConfigError(f"{where}.{key}: must be >= 0, got {getattr(self, key)!r}")
+        if self.seat_weights is not None:
+            self.seat_weights = _seat_weights(self.seat_weights, f"{where}.seat_weights")
         if self.format_weight + self.legal_weight + self.tactics_weight + self.value_weight >= 1.0:
             raise ConfigError(f"{where}.format_weight + legal_weight + tactics_weight + value_weight: must be < 1 (the "
                               f"rest rewards the outcome), got {self.format_weight} + {self.legal_weight} + "
@@ -84,6 +92,21 @@ class GameSettings:
         """The opponent of ``case``'s game seeded ``seed`` (one spec: always that one)."""
         return self.opponent_mixture_at("game", case).draw(seed)
 
+    def seat_for(self, seed: int, index: int, players: int) -> int:
+        """The trained policy's seat in the game of task ``index`` seeded ``seed``: drawn from the seed by
+        ``seat_weights`` (one weight per seat: ``players`` of them), else ``index % players``."""
+        if self.seat_weights is None:
+            return index % players
+        if len(self.seat_weights) != players:
+            raise ConfigError(f"game.seat_weights: one weight per seat, {players} for this game, got "
+                              f"{self.seat_weights!r}")
+        point = random.Random(stable_seed(seed, "seat")).random() * sum(self.seat_weights)
+        for seat, weight in enumerate(self.seat_weights):
+            point -= weight
+            if point < 0 and weight > 0:
+                return seat
+        return max(seat for seat, weight in enumerate(self.seat_weights) if weight > 0)
+
     @property
     def opponent_spec(self) -> Opponent:
         """The single opponent; a mixture has none (use ``opponent_for(seed)``)."""
@@ -93,3 +116,14 @@ class GameSettings:
             raise ConfigError(f"game.opponent: {labels!r} is a mixture; the opponent of a game is "
                               "opponent_for(its seed)")
         return mixture.opponents[0]
+
+
+def _seat_weights(value: Any, key: str) -> list[float]:
+    """``value`` as finite weights >= 0 with a positive sum (numbers, or their strings from a shell variable)."""
+    try:
+        weights = [float(weight) for weight in value]
+    except (TypeError, ValueError):
+        raise ConfigError(f"{key}: numbers, one per seat (e.g. [1, 3]), got {value!r}") from None
+    if not weights or any(not math.isfinite(w) or w < 0 for w in weights) or sum(weights) <= 0:
+        raise ConfigError(f"{key}: finite weights >= 0, one per seat, with a positive sum (e.g. [1, 3]), got {value!r}")
+    return weights

@@ -180,6 +180,7 @@ class OpenSpielAdapter:
         if config.task_mode != "move":
             self._check_opponents(f"{where}.game")
             self._check_value_term(f"{where}.game")
+            self._check_seats(f"{where}.game")
         self._positions: OnceLRU[_Position] = OnceLRU(config.cache_size)
         self._analyses: OnceLRU[dict[int, float]] = OnceLRU(config.cache_size)
         self._outcomes: OnceLRU[dict[int, float]] = OnceLRU(config.cache_size)
@@ -193,6 +194,15 @@ class OpenSpielAdapter:
             reasons = "; ".join(f"{case!r}: {exact_problem_of(case)}" for case in self._cases[:3])
             raise ConfigError(f"{where}.value_weight: no case of this run can be valued exactly ({reasons}); the "
                               "term is for games small enough to search to the end, such as tic_tac_toe")
+
+    def _check_seats(self, where: str) -> None:
+        """``seat_weights`` gives one weight per seat of every case's game."""
+        weights = self.game_settings.seat_weights
+        for case in self._cases if weights is not None else ():
+            players = load_game(case).num_players()
+            if len(weights) != players:
+                raise ConfigError(f"{where}.seat_weights: one weight per seat, but case {case!r} has {players} "
+                                  f"players and the list has {len(weights)} ({weights!r})")
 
     def values_exactly(self, case: str) -> bool:
         """Whether ``case``'s whole games carry the value term (``game.value_weight``): it can be searched to the
@@ -316,14 +326,15 @@ class OpenSpielAdapter:
         )
 
     def _game_task(self, case: str, index: int, seed: int) -> Task:
-        """A full game from the initial position; the trained policy's seat alternates with ``index``.
+        """A full game from the initial position; the trained policy's seat alternates with ``index`` (or follows
+        ``game.seat_weights``).
 
         The message is a preview of the policy's first prompt (other seats moving at random before it):
         exact when the policy moves first, otherwise a prompt of the same shape (when the random moves end the
         game first, e.g. a poker hand folded before the seat acts, from another seeded preview). The game agent
         loop builds the real conversation from the episode.
         """
-        seat = index % load_game(case).num_players()
+        seat = self.game_settings.seat_for(seed, index, load_game(case).num_players())
         prompt = ""
         for attempt in range(PREVIEW_ATTEMPTS):
             episode = self.start_episode(case, seed if attempt == 0 else stable_seed(seed, "preview", attempt), seat)
