@@ -64,3 +64,19 @@ def test_cli_writes_markdown_and_json_and_refuses_a_log_without_training_rows(tm
     with pytest.raises(SystemExit):
         game_groups.main([str(empty)])
     assert "no training rows" in capsys.readouterr().err
+
+
+def test_by_seat_splits_each_opponent_by_the_logged_seat_or_the_rows_parity(tmp_path):
+    rows = [{"split": "train", "step": 1, "case": "tic_tac_toe", "opponent": "random", "seed": 5, "score": score,
+             "seat": 1} for score in (1.0, 0.0)]
+    rows += [{"split": "train", "step": 1, "case": "tic_tac_toe", "opponent": "random", "seed": 6, "score": 1.0,
+              "index": 4} for _ in range(2)]  # a log before the seat field: the index's parity (seats alternated)
+    rows.append({"split": "train", "step": 1, "case": "tic_tac_toe", "opponent": "random", "seed": 7, "score": 1.0})
+    log = tmp_path / "run.samples.jsonl"
+    log.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    tallies = game_groups.tally(game_groups.training_groups(log, by_seat=True), window=0)
+    assert {key: (t.groups, t.with_signal) for key, t in tallies.items()} == {
+        ("tic_tac_toe", "random, seat 1", 0): (1, 1), ("tic_tac_toe", "random, seat 0", 0): (1, 0),
+        ("tic_tac_toe", "random, seat -", 0): (1, 0)}
+    assert game_groups.tally(game_groups.training_groups(log), window=0)[("tic_tac_toe", "random", 0)].groups == 3
+

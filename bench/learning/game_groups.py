@@ -1,4 +1,4 @@
-"""Where a whole-game GRPO run's signal comes from: per case and opponent, the GRPO groups whose rewards differ.
+"""Where a whole-game GRPO run's signal comes from: per case, opponent (and seat), the GRPO groups whose rewards differ.
 
 A group is one training prompt's replies (same step, case, opponent and seed). A group whose games all end alike
 (all lost to a strong bot, all won against a weak one) has advantage 0 and teaches nothing, so the share of groups
@@ -6,7 +6,7 @@ with signal per opponent says which part of an opponent mixture the run learns f
 ``verl_ext.group_stats.rewards_differ``, the definition behind the step metric ``signal/group_share``. Reads the
 run's sample log (``VERL_EXT_SAMPLE_LOG``; plain or gzipped), no GPU, no model:
 
-    python bench/learning/game_groups.py runs/x/logs/grpo-*.samples.jsonl.gz [--window 10] \\
+    python bench/learning/game_groups.py runs/x/logs/grpo-*.samples.jsonl.gz [--window 10] [--by-seat] \\
         [--out docs/runs/X/game_groups]
 """
 
@@ -42,8 +42,17 @@ class GroupTally:
         self.sizes.add(len(scores))
 
 
-def training_groups(path: Path) -> dict[tuple[int, str, str, Any], list[float]]:
-    """Each training group's rewards, keyed by (step, case, opponent, seed); lines that are not JSON are skipped."""
+def seat_of(row: dict[str, Any]) -> str:
+    """The policy's seat in a game row: the logged ``seat``, else (logs before 2026-11-29 midday, whose seats
+    alternated with the row) the row ``index``'s parity, else "-"."""
+    if isinstance(row.get("seat"), int):
+        return str(row["seat"])
+    return str(row["index"] % 2) if isinstance(row.get("index"), int) else "-"
+
+
+def training_groups(path: Path, by_seat: bool = False) -> dict[tuple[int, str, str, Any], list[float]]:
+    """Each training group's rewards, keyed by (step, case, opponent, seed); ``by_seat``: the opponent label also
+    names the policy's seat ("random, seat 1"). Lines that are not JSON are skipped."""
     groups: dict[tuple[int, str, str, Any], list[float]] = defaultdict(list)
     for line in log_lines(path):
         try:
@@ -52,7 +61,8 @@ def training_groups(path: Path) -> dict[tuple[int, str, str, Any], list[float]]:
             continue
         if not isinstance(row, dict) or row.get("split") != "train" or "score" not in row or "step" not in row:
             continue
-        key = (int(row["step"]), str(row.get("case")), str(row.get("opponent") or "-"), row.get("seed"))
+        opponent = str(row.get("opponent") or "-") + (f", seat {seat_of(row)}" if by_seat else "")
+        key = (int(row["step"]), str(row.get("case")), opponent, row.get("seed"))
         groups[key].append(float(row["score"]))
     return groups
 
@@ -81,11 +91,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("log", type=Path, help="the run's <run>.samples.jsonl (or .jsonl.gz)")
     parser.add_argument("--window", type=int, default=0, help="steps per row (0: the whole run in one row)")
+    parser.add_argument("--by-seat", action="store_true", help="one row per opponent and seat of the policy")
     parser.add_argument("--out", type=Path, help="write OUT.md and OUT.json")
     args = parser.parse_args(argv)
     if not args.log.is_file():
         parser.error(f"log: no such file {args.log}")
-    groups = training_groups(args.log)
+    groups = training_groups(args.log, args.by_seat)
     if not groups:
         parser.error(f"log: {args.log} has no training rows with a step and a score")
     tallies = tally(groups, args.window)
