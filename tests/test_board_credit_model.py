@@ -59,6 +59,16 @@ def test_each_variant_trains_and_reports(tmp_path):
     assert (tmp_path / "credit.png").stat().st_size > 10_000
 
 
-def test_an_unknown_variant_is_named():
+def test_an_unknown_variant_or_a_share_outside_0_1_is_refused():
     with pytest.raises(SystemExit):
         model.main(["--variants", "outcome,turn-level"])
+    with pytest.raises(SystemExit):
+        model.main(["--second-seat", "1.5"])
+
+
+def test_the_second_seat_share_sets_the_training_groups_seats():
+    assert [model.group_seat(g, g, 0.5) for g in range(8)] == [0, 0, 1, 1, 0, 0, 1, 1]  # both opponents, both seats
+    drawn = [model.group_seat(g, 1000 + g, 0.75) for g in range(800)]
+    assert 0.70 < sum(drawn) / len(drawn) < 0.80
+    assert {model.group_seat(g, g, 1.0) for g in range(50)} == {1}
+    assert {model.group_seat(g, g, 0.0) for g in range(50)} == {0}

@@ -129,6 +129,15 @@ def move_advantages(moves: Moves, group_of_game: np.ndarray) -> np.ndarray:
     return out
 
 
+def group_seat(group: int, game_seed: int, second_seat: float) -> int:
+    """The policy's seat in training group ``group``: at a share of 0.5 alternating every two groups (each opponent
+    meets both seats, as the runs' rows alternate), else second with probability ``second_seat``, drawn from the
+    group's seed (as ``game.seat_weights`` draws a row's seat)."""
+    if second_seat == 0.5:
+        return (group // 2) % 2
+    return int(np.random.default_rng(stable_seed(game_seed, "seat")).random() < second_seat)
+
+
 def evaluate(policy: TabularPolicy, env, games: int, seed: int) -> dict:
     """Greedy games against random, seats alternating: wins, second-seat W/D/L, share of moves that kept the value."""
     results, second, kept, turns = {"win": 0, "draw": 0, "loss": 0}, {"win": 0, "draw": 0, "loss": 0}, 0, 0
@@ -143,8 +152,10 @@ def evaluate(policy: TabularPolicy, env, games: int, seed: int) -> dict:
 
 
 def train(variant: str, steps: int, seed: int, lr: float, beta: float, groups: int, move_credit: float,
-          keep_logit: float, noise: float, every: int, eval_games: int) -> list[dict]:
-    """One run; a record every ``every`` steps (step 0: the start)."""
+          keep_logit: float, noise: float, every: int, eval_games: int, second_seat: float = 0.5) -> list[dict]:
+    """One run; a record every ``every`` steps (step 0: the start). ``second_seat``: the share of training groups
+    in which the policy plays second (0.5: seats alternate by group, as the runs' rows do by default; else drawn
+    per group, as ``game.seat_weights`` draws them per row)."""
     value_weight, per_move = VARIANTS[variant]
     env = make_env("openspiel", {"cases": [CASE], "task_mode": "game",
                                  "game": {"tactics_weight": 0.3, "value_weight": value_weight}})
@@ -162,8 +173,8 @@ def train(variant: str, steps: int, seed: int, lr: float, beta: float, groups: i
         for half in np.array_split(np.arange(groups), 2):
             moves, scores, group_of_game = Moves(), [], []
             for g in half:
-                opponent, seat = OPPONENTS[int(g) % 2], (int(g) // 2) % 2
-                game_seed = stable_seed(seed, variant, step, int(g))
+                opponent, game_seed = OPPONENTS[int(g) % 2], stable_seed(seed, variant, step, int(g))
+                seat = group_seat(int(g), game_seed, second_seat)
                 for _ in range(GROUP):
                     record = play(policy, env, game_seed, seat, opponent, rng, moves, len(scores))
                     scores.append(score_game(record, settings, valued=True).score)
@@ -229,6 +240,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--beta", type=float, default=0.1, help="KL (k3) to the start, as the runs' kl_loss_coef")
     parser.add_argument("--groups", type=int, default=16, help="tic_tac_toe groups of 8 games a step (the runs: ~16)")
     parser.add_argument("--move-credit", type=float, default=1.0, help="per-move: the move advantage's scale")
+    parser.add_argument("--second-seat", type=float, default=0.5,
+                        help="share of training groups with the policy in the second seat (game.seat_weights)")
     parser.add_argument("--start-keep", type=float, default=1.0, help="start logit of the moves keeping the value")
     parser.add_argument("--start-noise", type=float, default=1.0, help="start logits' Gaussian noise (std)")
     parser.add_argument("--every", type=int, default=10)
@@ -240,10 +253,12 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [v for v in variants if v not in VARIANTS]
     if unknown or not variants:
         parser.error(f"--variants: one or more of {', '.join(VARIANTS)}, got {args.variants!r}")
+    if not 0.0 <= args.second_seat <= 1.0:
+        parser.error(f"--second-seat: a share in [0, 1], got {args.second_seat}")
     started, results = time.perf_counter(), {}
     for variant in variants:
         runs = [train(variant, args.steps, seed, args.lr, args.beta, args.groups, args.move_credit, args.start_keep,
-                      args.start_noise, args.every, args.eval_games) for seed in range(args.seeds)]
+                      args.start_noise, args.every, args.eval_games, args.second_seat) for seed in range(args.seeds)]
         results[variant] = runs
         for i, record in enumerate(runs[0]):
             wins = [100 * run[i]["win"]["rate"] for run in runs]
