@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import math
-import random
 from dataclasses import dataclass
 from typing import Any
 
-from ..seeding import stable_seed
+from ..seeding import weighted_draw
 from .config import ConfigError
 from .episode import Opponent
 from .opponent_mixture import OpponentMixture, parse_opponent_list, parse_opponent_text
@@ -100,12 +99,7 @@ class GameSettings:
         if len(self.seat_weights) != players:
             raise ConfigError(f"game.seat_weights: one weight per seat, {players} for this game, got "
                               f"{self.seat_weights!r}")
-        point = random.Random(stable_seed(seed, "seat")).random() * sum(self.seat_weights)
-        for seat, weight in enumerate(self.seat_weights):
-            point -= weight
-            if point < 0 and weight > 0:
-                return seat
-        return max(seat for seat, weight in enumerate(self.seat_weights) if weight > 0)
+        return weighted_draw(self.seat_weights, seed, "seat")
 
     @property
     def opponent_spec(self) -> Opponent:

@@ -16,11 +16,10 @@ seed: single-spec games are the same as before mixtures existed.
 from __future__ import annotations
 
 import math
-import random
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from ..seeding import stable_seed
+from ..seeding import weighted_draw
 from .config import ConfigError
 from .episode import COUNTED_KINDS, Opponent, parse_opponent
 
@@ -59,13 +58,7 @@ class OpponentMixture:
         """The opponent of the game seeded ``seed`` (the same on every machine)."""
         if self.is_single:
             return self.entries[0].opponent
-        total = sum(entry.weight for entry in self.entries)
-        point = random.Random(stable_seed(seed, "opponent")).random() * total
-        for entry in self.entries:
-            point -= entry.weight
-            if point < 0 and entry.weight > 0:
-                return entry.opponent
-        return next(entry.opponent for entry in reversed(self.entries) if entry.weight > 0)
+        return self.entries[weighted_draw([entry.weight for entry in self.entries], seed, "opponent")].opponent
 
 
 def _weight(value: object, where: str, entry: object) -> float:
