@@ -49,7 +49,7 @@ from verl_ext.games.scoring import score_game
 from verl_ext.seeding import stable_seed
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from poker_grpo_model import group_advantages, masked_softmax  # noqa: E402  (bench/ is not a package)
+from poker_grpo_model import TableOptimiser, group_advantages, masked_softmax  # noqa: E402  (bench/ is not a package)
 
 CASE = "tic_tac_toe"
 CELLS = 9
@@ -162,9 +162,7 @@ def train(variant: str, steps: int, seed: int, lr: float, beta: float, groups: i
     settings = env.game_settings
     policy = TabularPolicy(keep_logit, noise, seed)
     rng = np.random.default_rng(stable_seed(seed, variant))
-    m = [np.zeros(CELLS), np.zeros_like(policy.per_state)]
-    v = [np.zeros(CELLS), np.zeros_like(policy.per_state)]
-    adam_t, records = 0, []
+    optimiser, records = TableOptimiser(policy.shared, policy.per_state), []
     for step in range(steps + 1):
         if step % every == 0 or step == steps:
             records.append({"step": step, **evaluate(policy, env, eval_games, seed), "positions": len(policy.rows)})
@@ -185,23 +183,8 @@ def train(variant: str, steps: int, seed: int, lr: float, beta: float, groups: i
             if per_move:
                 adv = adv + move_credit * move_advantages(moves, np.array(group_of_game))
             rows, actions = np.array(moves.rows), np.array(moves.actions)
-            pi = policy.probs(rows)
-            legal = policy.legal[rows]
-            dlogp = np.where(legal, np.eye(CELLS)[actions] - pi, 0.0)
-            pi_a = pi[np.arange(len(pi)), actions]
-            ref_a = policy.reference[rows, actions]
-            dkl = (1.0 - ref_a / pi_a)[:, None] * dlogp  # k3 (low_var_kl) at the sampled action
-            grad = (-adv[:, None] * dlogp + beta * dkl) / len(pi)
-            grads = [grad.sum(axis=0), np.zeros_like(policy.per_state)]
-            np.add.at(grads[1], rows, grad)
-            norm = np.sqrt(sum(float((x ** 2).sum()) for x in grads))
-            if norm > 1.0:
-                grads = [x / norm for x in grads]
-            adam_t += 1
-            for i, (param, g) in enumerate(zip((policy.shared, policy.per_state), grads)):
-                m[i] = 0.9 * m[i] + 0.1 * g
-                v[i] = 0.999 * v[i] + 0.001 * g ** 2
-                param -= lr * (m[i] / (1 - 0.9 ** adam_t)) / (np.sqrt(v[i] / (1 - 0.999 ** adam_t)) + 1e-8)
+            optimiser.step(rows, actions, adv, policy.probs(rows), policy.legal[rows], policy.reference[rows, actions],
+                           beta, 0.0, lr)
     return records
 
 

@@ -149,6 +149,43 @@ def group_advantages(rewards: np.ndarray, group: int) -> np.ndarray:
     return np.where(std[:, None] > 1e-9, centred / (std[:, None] + 1e-6), 0.0).reshape(-1)
 
 
+class TableOptimiser:
+    """verl's actor update on a table of logits (one shared term per action plus one per state): the token-mean
+    loss ``-A log pi + beta * k3 KL - entropy * H`` over a batch of sampled decisions, its gradients clipped to norm
+    1 as verl clips, then one Adam step (betas 0.9 / 0.999). ``state_scale`` scales the per-state terms' step against
+    the shared ones'. Updates ``shared`` and ``per_state`` in place."""
+
+    def __init__(self, shared: np.ndarray, per_state: np.ndarray, state_scale: float = 1.0) -> None:
+        self.params, self.scales = (shared, per_state), (1.0, state_scale)
+        self.m = [np.zeros_like(shared), np.zeros_like(per_state)]
+        self.v = [np.zeros_like(shared), np.zeros_like(per_state)]
+        self.t = 0
+
+    def step(self, states: np.ndarray, actions: np.ndarray, adv: np.ndarray, pi: np.ndarray, legal: np.ndarray,
+             ref_a: np.ndarray, beta: float, entropy: float, lr: float) -> None:
+        """``pi``, ``legal``: the policy and the legal mask at each decision's state; ``ref_a``: the reference's
+        probability of each sampled action."""
+        onehot = np.eye(pi.shape[1])[actions]
+        dlogp = np.where(legal, onehot - pi, 0.0)  # d log pi(a) / d logits
+        pi_a = pi[np.arange(len(pi)), actions]
+        dkl = (1.0 - ref_a / pi_a)[:, None] * dlogp  # k3 (low_var_kl) at the sampled action
+        g = -adv[:, None] * dlogp + beta * dkl
+        if entropy:
+            logpi = np.log(np.where(legal, pi, 1.0))
+            g = g - entropy * (-pi * (logpi - (pi * logpi).sum(axis=1, keepdims=True)))  # d entropy / d logits
+        g = g / len(pi)
+        grads = [g.sum(axis=0), np.zeros_like(self.params[1])]
+        np.add.at(grads[1], states, g)
+        norm = np.sqrt(sum(float((x**2).sum()) for x in grads))
+        if norm > 1.0:
+            grads = [x / norm for x in grads]
+        self.t += 1
+        for i, (param, grad, scale) in enumerate(zip(self.params, grads, self.scales)):
+            self.m[i] = 0.9 * self.m[i] + 0.1 * grad
+            self.v[i] = 0.999 * self.v[i] + 0.001 * grad**2
+            param -= scale * lr * (self.m[i] / (1 - 0.9**self.t)) / (np.sqrt(self.v[i] / (1 - 0.999**self.t)) + 1e-8)
+
+
 def train(game: TabularGame, start: np.ndarray, beta: float, entropy: float, lr: float, steps: int, seed: int,
           record_every: int, state_scale: float = 1.0, deals_per_step: int = 64, group: int = 8,
           minibatches: int = 2) -> list[dict]:
@@ -159,9 +196,7 @@ def train(game: TabularGame, start: np.ndarray, beta: float, entropy: float, lr:
     legal, ref = game.legal, start
     per_state = np.where(legal, np.log(np.where(legal, start, 1.0)), 0.0)
     shared = np.zeros(legal.shape[1])
-    m = [np.zeros_like(shared), np.zeros_like(per_state)]
-    v = [np.zeros_like(shared), np.zeros_like(per_state)]
-    adam_t, records = 0, []
+    optimiser, records = TableOptimiser(shared, per_state, state_scale), []
     for step in range(steps + 1):
         probs = masked_softmax(shared + per_state, legal)
         if step % record_every == 0:
@@ -177,25 +212,8 @@ def train(game: TabularGame, start: np.ndarray, beta: float, entropy: float, lr:
             if len(decisions.states) == 0:
                 continue
             adv = group_advantages(rewards, group)[decisions.hands]
-            pi = probs[decisions.states]
-            onehot = np.eye(legal.shape[1])[decisions.actions]
-            dlogp = np.where(legal[decisions.states], onehot - pi, 0.0)  # d log pi(a) / d logits
-            pi_a = pi[np.arange(len(pi)), decisions.actions]
-            ref_a = ref[decisions.states, decisions.actions]
-            dkl = (1.0 - ref_a / pi_a)[:, None] * dlogp  # k3 (low_var_kl) at the sampled action
-            logpi = np.log(np.where(legal[decisions.states], pi, 1.0))
-            dent = -pi * (logpi - (pi * logpi).sum(axis=1, keepdims=True))  # d entropy / d logits
-            g = (-adv[:, None] * dlogp + beta * dkl - entropy * dent) / len(pi)
-            grads = [g.sum(axis=0), np.zeros_like(per_state)]
-            np.add.at(grads[1], decisions.states, g)
-            norm = np.sqrt(sum(float((x**2).sum()) for x in grads))
-            if norm > 1.0:
-                grads = [x / norm for x in grads]
-            adam_t += 1
-            for i, (param, grad, scale) in enumerate(zip((shared, per_state), grads, (1.0, state_scale))):
-                m[i] = 0.9 * m[i] + 0.1 * grad
-                v[i] = 0.999 * v[i] + 0.001 * grad**2
-                param -= scale * lr * (m[i] / (1 - 0.9**adam_t)) / (np.sqrt(v[i] / (1 - 0.999**adam_t)) + 1e-8)
+            optimiser.step(decisions.states, decisions.actions, adv, probs[decisions.states], legal[decisions.states],
+                           ref[decisions.states, decisions.actions], beta, entropy, lr)
     return records
 
 
