@@ -34,14 +34,13 @@ from verl_ext.envs.board_text import LINE_LENGTHS
 from verl_ext.envs.openspiel_rules import load_game
 from verl_ext.envs.tactics import one_ply
 
-from game_log_report import report_main, training_games, window_start  # beside this script
+from game_log_report import report_main, shown_turns, training_games, window_start  # beside this script
 from win_lines import lines_through
 
 CASE = "connect_four"
 ROWS, COLUMNS = 6, 7
 MARKS = ("x", "o")  # player 0, player 1 in OpenSpiel's board text
 LINES = ("vertical", "horizontal", "diagonal", "several")
-_SEAT = re.compile(r"as player (\d) of 2")
 _BOARD = re.compile(r"Current state:\n((?:[.xo]{7}\n){6})")
 # openspiel.board_text grid, columns or lines (verl_ext/envs/board_text.py): a column header, then each row numbered
 # with spaced cells; the column and diagonal lines below it repeat the same cells
@@ -114,18 +113,12 @@ def threat_line(state: pyspiel.State, losing: frozenset[int]) -> str:
 def turns_of(reply: str) -> list[tuple[list[str], int, int | None]]:
     """(board rows, seat, the column answered or None) for each turn of the reply that shows a board and whose
     answer was not followed by a rejection."""
-    seat_match = _SEAT.search(reply)
-    if not seat_match:
-        return []
-    seat = int(seat_match.group(1))
     turns = []
-    messages = reply.split("\nuser\n")
-    for message, following in zip(messages[1:], messages[2:] + [""]):
+    for message, seat, answer_text in shown_turns(reply):
         board = board_rows(message)
-        if not board or "That reply was rejected" in following:
+        if not board:
             continue
-        answer_part = message.split("\nassistant\n", 1)
-        answer = _ANSWER.search(answer_part[1]) if len(answer_part) == 2 else None
+        answer = _ANSWER.search(answer_text) if answer_text is not None else None
         turns.append((board, seat, int(answer.group(1)) if answer else None))
     return turns
 

@@ -1,16 +1,19 @@
-"""What the whole-game reports of a sample log share (ending_pay.py, tactic_pay.py, block_lines.py): reading its
-training game rows, the step window a row falls in, and the command line that prints a table per window and writes
-it as OUT.json and OUT.md."""
+"""What the whole-game reports of a sample log share (ending_pay.py, tactic_pay.py, block_lines.py, value_turns.py):
+reading its training game rows, the turns a kept game text shows, the step window a row falls in, and the command
+line that prints a table per window and writes it as OUT.json and OUT.md."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from verl_ext.sample_view import log_lines
+
+_SEAT = re.compile(r"as player (\d) of 2")
 
 
 def training_games(path: Path, needles: tuple[str, ...] = ('"train"',)) -> Iterator[dict[str, Any]]:
@@ -25,6 +28,21 @@ def training_games(path: Path, needles: tuple[str, ...] = ('"train"',)) -> Itera
             continue
         if isinstance(row, dict) and row.get("split") == "train" and row.get("game"):
             yield row
+
+
+def shown_turns(reply: str) -> Iterator[tuple[str, int, str | None]]:
+    """(the prompt message, the policy's seat, its reply's text or None) for each turn of a two-player game's kept
+    text after the first (whose prompt precedes the reply), skipping a turn whose reply was rejected."""
+    seat_match = _SEAT.search(reply)
+    if not seat_match:
+        return
+    seat = int(seat_match.group(1))
+    messages = reply.split("\nuser\n")
+    for message, following in zip(messages[1:], messages[2:] + [""]):
+        if "That reply was rejected" in following:
+            continue
+        answer_part = message.split("\nassistant\n", 1)
+        yield message, seat, answer_part[1] if len(answer_part) == 2 else None
 
 
 def window_start(row: dict[str, Any], window: int) -> int:

@@ -26,13 +26,12 @@ from verl_ext.envs.exact_values import best_actions
 from verl_ext.envs.openspiel_rules import load_game
 from verl_ext.envs.tactics import one_ply
 
-from game_log_report import report_main, training_games, window_start  # beside this script
+from game_log_report import report_main, shown_turns, training_games, window_start  # beside this script
 
 CASE = "tic_tac_toe"
 MARKS = ("x", "o")  # player 0, player 1 in OpenSpiel's board text
 KINDS = ("left a win", "missed a block", "positional")
 TOP_POSITIONAL = 3  # the positional losses listed per row
-_SEAT = re.compile(r"as player (\d) of 2")
 _BOARD = re.compile(r"Current state:\n((?:[.xo]{3}\n){3})")
 _ANSWER = re.compile(r"<answer>\s*[xo]\((\d),\s*(\d)\)\s*</answer>")
 
@@ -53,17 +52,12 @@ def state_of(board: list[str], to_move: int):
 def turns_of(reply: str) -> list[tuple[list[str], int, int | None]]:
     """(board rows, seat, the cell answered or None) for each turn of the reply that shows a board and whose answer
     was not followed by a rejection."""
-    seat_match = _SEAT.search(reply)
-    if not seat_match:
-        return []
-    seat, turns = int(seat_match.group(1)), []
-    messages = reply.split("\nuser\n")
-    for message, following in zip(messages[1:], messages[2:] + [""]):
+    turns = []
+    for message, seat, answer_text in shown_turns(reply):
         board = _BOARD.search(message)
-        if not board or "That reply was rejected" in following:
+        if not board:
             continue
-        answer_part = message.split("\nassistant\n", 1)
-        answer = _ANSWER.search(answer_part[1]) if len(answer_part) == 2 else None
+        answer = _ANSWER.search(answer_text) if answer_text is not None else None
         cell = int(answer.group(1)) * 3 + int(answer.group(2)) if answer else None
         turns.append((board.group(1).splitlines(), seat, cell))
     return turns
