@@ -346,3 +346,18 @@ def test_the_seat_arm_is_the_tactics_arm_with_the_second_seat_in_three_games_of_
     configs[1]["data"]["env"]["openspiel"]["game"].pop("seat_weights")
     assert configs[0] == configs[1]
 
+
+
+def test_the_no_kl_arm_is_the_tactics_arm_without_the_kl_anchor(tmp_path):
+    """smollm2-boardgames-bycase-tactics-nokl-grpo100.env: the tactics arm with actor.use_kl_loss off and nothing else
+    changed (issue 45's KL comparison over 100 steps)."""
+    arms = {run: compose("ppo_trainer", overrides_of(dry_run(tmp_path, run, run_dir="same")["grpo"][0]))
+            for run in ("bycase-tactics-grpo100", "bycase-tactics-nokl-grpo100")}
+    no_kl = arms["bycase-tactics-nokl-grpo100"]
+    assert check_ppo(no_kl, check_imports=False) == []
+    assert no_kl.actor_rollout_ref.actor.use_kl_loss is False
+    assert arms["bycase-tactics-grpo100"].actor_rollout_ref.actor.use_kl_loss is True
+    configs = [OmegaConf.to_container(cfg) for cfg in arms.values()]
+    for config in configs:
+        config["actor_rollout_ref"]["actor"].pop("use_kl_loss")
+    assert configs[0] == configs[1]
