@@ -439,3 +439,17 @@ def test_lora_merge_switch_is_checked_and_ignored_without_lora():
     result = subprocess.run(["bash", str(REPO / "train/scripts/openspiel-ppo.sh"), "--dry-run"], capture_output=True,
                             text=True, env={**os.environ, "ROLLOUT_LORA_MERGE": "yes"})
     assert result.returncode == 2 and "ROLLOUT_LORA_MERGE must be one of: 0 1; got 'yes'" in result.stderr
+
+
+@pytest.mark.parametrize("mode, kl", [("game", 0.1), ("mixed", 0.1), ("move", None)])
+def test_whole_games_get_a_kl_anchor_by_default(mode, kl):
+    """TASK_MODE=game/mixed: a KL loss of 0.1 against the starting model unless KL_LOSS_COEF says otherwise (without
+    it 100 whole-game steps collapsed, docs/training.md); single moves keep none (no reference pass)."""
+    config = compose("ppo_trainer", overrides_of(dry_run("openspiel-ppo.sh", RUN_PROFILE="smoke", TASK_MODE=mode)))
+    actor = config.actor_rollout_ref.actor
+    assert actor.use_kl_loss is (kl is not None)
+    if kl is not None:
+        assert actor.kl_loss_coef == pytest.approx(kl) and actor.kl_loss_type == "low_var_kl"
+    off = compose("ppo_trainer", overrides_of(dry_run("openspiel-ppo.sh", RUN_PROFILE="smoke", TASK_MODE=mode,
+                                                       KL_LOSS_COEF="0")))
+    assert off.actor_rollout_ref.actor.use_kl_loss is False
