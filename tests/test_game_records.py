@@ -218,6 +218,26 @@ def test_an_opening_move_that_is_no_bounded_string_is_refused(caplog, value, why
     assert why in _refused(_win(opening_move=value), caplog, "opening_move")
 
 
+@pytest.mark.parametrize("changes,field,why", [
+    ({"reply_values": [1, 2]}, "reply_values", "not a list of 0s and 1s"),
+    ({"reply_values": "1,0"}, "reply_values", "not a list of 0s and 1s"),
+    ({"reply_values": [True]}, "reply_values", "not a list of 0s and 1s"),
+    ({"reply_values": [0] * 5}, "reply_values", "more than model_turns=4"),
+    ({"reply_values": [1, 1], "value_turns": 2, "values_kept": 1}, "reply_values", "more kept than values_kept=1"),
+    ({"move_credit": float("nan")}, "move_credit", "not a finite number"),
+    ({"move_credit": 11.0}, "move_credit", "not in [0, 10.0]"),
+])
+def test_reply_values_and_move_credit_that_no_game_wrote_are_refused(caplog, changes, field, why):
+    assert why in _refused(_win(**changes), caplog, field)
+
+
+def test_reply_values_and_move_credit_that_a_game_wrote_are_kept():
+    record = _win(reply_values=[1, 0, 1], value_turns=3, values_kept=2, move_credit=0.5)
+    assert _score(record)["failed"] == 0.0
+    trusted = trusted_record(record, TIC_TAC_TOE, "tic_tac_toe")
+    assert trusted.reply_values == [1, 0, 1] and trusted.move_credit == 0.5
+
+
 def test_an_opening_move_needs_a_model_turn_and_sets_the_answer_id(caplog):
     from verl_ext.envs.answer import answer_id
     from verl_ext.reward import NOT_AN_OPENING

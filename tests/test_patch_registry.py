@@ -29,9 +29,11 @@ def renamed(arg: str) -> str:
     return re.sub(rf"verl_ext\.(launch\.)?({MOVED})\b", r"verl_ext.patches.\2", arg)
 
 
-# default-on patches added after the fixture was recorded: (module, switch, its off value, the module it follows in
-# VERL_USE_EXTERNAL_MODULES); a case the fixture lacks is the recorded default with the patch off
-ADDED = (("verl_ext.patches.tied_groups", "GRPO_TIED_GROUPS", "verl", "verl_ext.patches.step_signal"),)
+# default-on patches added after the fixture was recorded: (module, switch, its off value, the modules it follows in
+# VERL_USE_EXTERNAL_MODULES, nearest first); a case the fixture lacks is the recorded default with the patch off
+ADDED = (("verl_ext.patches.tied_groups", "GRPO_TIED_GROUPS", "verl", ("verl_ext.patches.step_signal",)),
+         ("verl_ext.patches.move_credit", "MOVE_CREDIT", "off",
+          ("verl_ext.patches.tied_groups", "verl_ext.patches.step_signal")))
 
 
 def recorded(script: str, case: str) -> list[str]:
@@ -45,7 +47,8 @@ def recorded(script: str, case: str) -> list[str]:
             key, sep, value = arg.partition("VERL_USE_EXTERNAL_MODULES=")
             if sep:
                 modules = value.strip("'").split(",")
-                modules.insert(modules.index(after) + 1 if after in modules else 0, module)
+                present = [m for m in after if m in modules]
+                modules.insert(modules.index(present[0]) + 1 if present else 0, module)
                 argv[i] = f"{key}{sep}'{','.join(modules)}'"
     return argv
 

@@ -331,6 +331,7 @@ def test_next_session_plans_runs_compose_and_pass_preflight():
             modules += [module for module, on in (
                 ("verl_ext.patches.step_signal", env.get("SIGNAL_CHECK", "warn") != "off"),
                 ("verl_ext.patches.tied_groups", env.get("GRPO_TIED_GROUPS", "zero") == "zero"),
+                ("verl_ext.patches.move_credit", env.get("MOVE_CREDIT", "on") == "on"),
                 ("verl_ext.patches.vllm_worker_fork", env.get("ROLLOUT_WORKER_START", "fork") == "fork"),
                 ("verl_ext.patches.on_policy_update", env.get("OLD_LOG_PROB_PASS", OLD_LOG_PROB_PASS_DEFAULT) == "auto"),
                 ("verl_ext.patches.response_logits", env.get("LM_HEAD_POSITIONS", "response") == "response"),

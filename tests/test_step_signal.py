@@ -288,28 +288,13 @@ TRAINER_STEPS = textwrap.dedent("""
     from transfer_queue.metadata import KVBatchMeta
     from verl.experimental.agent_loop.agent_loop import AgentLoopMetrics, AgentLoopOutput
     from verl.trainer.ppo.v1 import trainer_base
-    from verl.utils.tensordict_utils import list_of_dict_to_tensordict
     from verl_ext.launch.preflight import compose
     from verl_ext.mixture import EnvMixture
     from verl_ext.reward import compute_score
     from verl_ext.signal_alarm import NoLearningSignal
+    from tq_stand_in import StandInQueue
 
     print("PATCHED", getattr(trainer_base.PPOTrainer, "_verl_ext_step_signal", False))
-
-
-    class StandInQueue:  # TransferQueue's kv_batch_get / kv_batch_put over a dict of the rows the agent loop put
-        def __init__(self):
-            self.rows = {}
-
-        def kv_batch_put(self, keys, partition_id, fields, tags=None):
-            for i, key in enumerate(keys):
-                for name in fields.keys():
-                    self.rows[key][name] = fields[name][i]
-            return KVBatchMeta(keys=list(keys), tags=tags or [{}] * len(keys), partition_id=partition_id)
-
-        def kv_batch_get(self, keys, partition_id, select_fields):
-            present = [f for f in select_fields if all(f in self.rows[k] for k in keys)]
-            return list_of_dict_to_tensordict([{f: self.rows[k][f] for f in present} for k in keys])
 
 
     mixture = EnvMixture({"openspiel": {"game_types": ["tic_tac_toe"], "num_tasks_per_case": 8,

@@ -12,6 +12,8 @@ from .episode import Opponent
 from .opponent_mixture import OpponentMixture, parse_opponent_list, parse_opponent_text
 
 FOLLOWUP_PROMPTS = ("full", "compact")
+# a normalised move advantage above this would drown the game's own (itself about 1 in size)
+MAX_MOVE_CREDIT = 10.0
 
 
 @dataclass
@@ -41,6 +43,10 @@ class GameSettings:
     # relative weight of each seat for the trained policy, one per player, e.g. [1, 3]: the second seat in about 3
     # games of 4 (drawn from the task's seed, so a GRPO group shares it); None: the seat alternates with the task index
     seat_weights: list[float] | None = None
+    # scale of an advantage per reply added to the game's GRPO advantage, in games small enough to value exactly
+    # (tic_tac_toe): whether the reply kept the position's value, normalised over its GRPO group's replies
+    # (verl_ext/patches/move_credit.py); 0: off, every advantage as verl computes it
+    move_credit: float = 0.0
 
     def validate(self, where: str) -> None:
         self.opponent_mixture_at(where)
@@ -61,6 +67,10 @@ class GameSettings:
         for key in ("format_weight", "legal_weight", "tactics_weight", "value_weight"):
             if getattr(self, key) < 0.0:
                 raise ConfigError(f"{where}.{key}: must be >= 0, got {getattr(self, key)!r}")
+        if not (isinstance(self.move_credit, (int, float)) and math.isfinite(self.move_credit)
+                and 0.0 <= self.move_credit <= MAX_MOVE_CREDIT):
+            raise ConfigError(f"{where}.move_credit: a number in [0, {MAX_MOVE_CREDIT}] (0: off), got "
+                              f"{self.move_credit!r}")
         if self.seat_weights is not None:
             self.seat_weights = _seat_weights(self.seat_weights, f"{where}.seat_weights")
         if self.format_weight + self.legal_weight + self.tactics_weight + self.value_weight >= 1.0:

@@ -121,6 +121,7 @@ class GameAgentLoop(AgentLoopBase):
         episode = setup.adapter.start_episode(setup.case, setup.seed, setup.seat)
         opponent = setup.settings.opponent_for(setup.seed, setup.case)
         match = Match(episode, opponent, MatchRules.from_settings(setup.settings))
+        match.record.move_credit = setup.settings.move_credit  # the advantage patch reads it from the record
         with_logprobs = bool(sampling_params.get("logprobs"))
         learner = _Context(uuid4().hex, logprobs=[] if with_logprobs else None)
         opponents: dict[int, _Context] = {}

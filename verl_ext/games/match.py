@@ -121,6 +121,12 @@ class GameRecord:
     # ``game.value_weight`` pays the share kept.
     value_turns: int = 0
     values_kept: int = 0
+    # per reply of the trained policy, in order (rejected replies included), in a game valued exactly: 1 where the
+    # move kept the position's value, 0 where it did not or the reply was rejected; empty in other games. With
+    # ``move_credit`` (the row's ``game.move_credit``, set by the agent loop) above 0, verl_ext/patches/move_credit.py
+    # turns them into an advantage per reply.
+    reply_values: list[int] = field(default_factory=list)
+    move_credit: float = 0.0
 
     @property
     def done(self) -> bool:
@@ -230,9 +236,12 @@ class Match:
         said: Message = {"role": "assistant", "content": reply if isinstance(reply, str) else ""}
         self._conversations[turn.player].append(said)
         turn.messages.append(said)
+        kept = self.episode.move_keeps_value(check.move if check.legal else None) if learner else None
+        if kept is not None:
+            record.reply_values.append(int(kept))
         if check.legal and check.move is not None:
             if learner:
-                self._count_tactics(check.move)
+                self._count_tactics(check.move, kept)
             self.episode.play(check.move)
             self._end_turn(turn.player)
             if learner:
@@ -251,7 +260,7 @@ class Match:
             turn.messages.append(correction)
             return RETRY
         if learner:
-            self._count_tactics(None)
+            self._count_tactics(None, kept)
             self._turn = None
             record.result, record.forfeit = "loss", check.reason
             return FORFEIT
@@ -260,9 +269,9 @@ class Match:
         self._end_turn(turn.player)
         return FALLBACK
 
-    def _count_tactics(self, move: str | None) -> None:
+    def _count_tactics(self, move: str | None, kept: bool | None) -> None:
         """Add the ending turn's one-ply tactics and whether it kept the value (``move`` played, or None for a
-        forfeit) to the record."""
+        forfeit; ``kept``: ``Episode.move_keeps_value`` of it) to the record."""
         record = self.record
         flags = self.episode.move_tactics(move)
         if flags:
@@ -270,7 +279,6 @@ class Match:
             record.wins_taken += int(flags["win_taken"])
             record.block_chances += int(flags["block_chance"])
             record.blocks_made += int(flags["blocked"])
-        kept = self.episode.move_keeps_value(move)
         if kept is not None:
             record.value_turns += 1
             record.values_kept += int(kept)

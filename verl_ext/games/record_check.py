@@ -20,6 +20,9 @@ pays more than the game earned. ``trusted_record`` rebuilds the record from chec
   value counts (``values_kept <= value_turns`` <= such turns, ``values_kept`` <= moves played);
 - ``opening_move`` (read by the collapse metrics only) is absent, None or a string of at most
   ``MAX_OPENING_CHARS`` characters, and only in a record with at least one model turn.
+- ``reply_values`` (read by the move-credit advantage only) is absent or a list of 0s and 1s, at most one per
+  reply (``model_turns``), with no more 1s than values kept (``values_kept``: a rejected reply keeps none);
+  ``move_credit`` is absent or a finite number in ``[0, MAX_MOVE_CREDIT]``.
 
 Anything else raises ``RecordError`` naming the field and its value; the reward scores such a row 0 and
 counts it as ``failed``.
@@ -33,6 +36,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..envs.episode import UtilityRange
+from ..envs.game_settings import MAX_MOVE_CREDIT
 from .match import GameRecord, result_from_returns
 
 RESULTS = ("win", "draw", "loss")
@@ -102,7 +106,8 @@ def trusted_record(data: Any, utility: UtilityRange, case: str, opponent: str | 
     return GameRecord(case=case, seed=_count(data, "seed"), seat=seat, opponent=played,
                       result=None if truncated is not None else str(result), forfeit=forfeit, truncated=truncated,
                       returns=[float(r) for r in returns] if returns is not None else None,
-                      normalised_return=normalised, opening_move=_opening(data, counts["model_turns"]), **counts)
+                      normalised_return=normalised, opening_move=_opening(data, counts["model_turns"]),
+                      reply_values=_reply_values(data, counts), move_credit=_move_credit(data), **counts)
 
 
 def _check_tactics(counts: dict[str, int], forfeited: bool) -> None:
@@ -173,6 +178,30 @@ def _outcome_without_returns(result: str, claimed: float | None, utility: Utilit
 
 def _is_real(value: Any) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def _reply_values(data: Mapping[str, Any], counts: dict[str, int]) -> list[int]:
+    values = data.get("reply_values")
+    if values is None:
+        return []
+    if not isinstance(values, (list, tuple)) and hasattr(values, "tolist"):
+        values = values.tolist()  # a numpy array after a trip through a batch
+    if not isinstance(values, (list, tuple)) or any(isinstance(v, bool) or v not in (0, 1) for v in values):
+        raise RecordError("reply_values", values, "not a list of 0s and 1s")
+    if len(values) > counts["model_turns"]:
+        raise RecordError("reply_values", values, f"more than model_turns={counts['model_turns']}")
+    if sum(values) > counts["values_kept"]:
+        raise RecordError("reply_values", values, f"more kept than values_kept={counts['values_kept']}")
+    return [int(v) for v in values]
+
+
+def _move_credit(data: Mapping[str, Any]) -> float:
+    if data.get("move_credit") is None:
+        return 0.0
+    weight = _finite(data, "move_credit")
+    if not 0.0 <= weight <= MAX_MOVE_CREDIT:
+        raise RecordError("move_credit", weight, f"not in [0, {MAX_MOVE_CREDIT}]")
+    return weight
 
 
 def _finite(data: Mapping[str, Any], name: str) -> float:

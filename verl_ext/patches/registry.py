@@ -74,6 +74,15 @@ PATCHES: tuple[Patch, ...] = (
           "864 of 1,447 connect_four engine rewards); now exactly 0, every other row unchanged bit for bit",
           ("docs/runs/2026-11-27-cpu-advantage-pull/",), "tests/test_tied_groups.py",
           helpers=("verl_ext.patches.import_hook",)),
+    Patch("move_credit", "verl_ext.patches.move_credit", "external_modules", "MOVE_CREDIT", "on", "off",
+          (("MOVE_CREDIT", ("on",)),),
+          ("verl.trainer.ppo.v1.trainer_base.PPOTrainer._compute_advantage and the module's "
+           "compute_advantage_for_multi_trajectories: each reply of a whole game whose record asks for it "
+           "(game.move_credit > 0) gets an advantage of its own for keeping the position's value",),
+          "not for speed: inert unless game.move_credit > 0 (then one TransferQueue read a step); not yet measured "
+          "on a GPU, a tabular model of the runs puts it ~2 points of wins above whole-game credit at step 100",
+          ("docs/runs/2026-11-29-cpu-board-credit-model/",), "tests/test_move_credit.py",
+          helpers=("verl_ext.patches.import_hook",)),
     Patch("vllm_worker_fork", "verl_ext.patches.vllm_worker_fork", "external_modules", "ROLLOUT_WORKER_START",
           "fork", "spawn", (("ROLLOUT_WORKER_START", ("fork",)),),
           ("vllm.v1.executor.multiproc_executor: the GPU worker's multiprocessing start method",),

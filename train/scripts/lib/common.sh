@@ -232,6 +232,10 @@ grpo_args() {
   # (docs/runs/2026-11-27-cpu-advantage-pull/). verl: verl's own numbers.
   : "${GRPO_TIED_GROUPS:=zero}"
   require_choice GRPO_TIED_GROUPS "$GRPO_TIED_GROUPS" zero verl
+  # on: whole-game rows whose game.move_credit is above 0 get an advantage per reply for keeping the position's value
+  # (verl_ext/patches/move_credit.py; inert while game.move_credit is 0, its default). off: verl's advantages only.
+  : "${MOVE_CREDIT:=on}"
+  require_choice MOVE_CREDIT "$MOVE_CREDIT" on off
   # Where verl's fused LM head computes logits and log-probs. response: only the positions that predict a response
   # token, the only ones any loss or metric reads (TRL's logits_to_keep; verl_ext/patches/response_logits.py): H100 smoke
   # update 0.553 / 0.651 -> 0.479 / 0.476 s in two pairs, the head alone 0.132 -> 0.040 s per 13k-token micro batch
@@ -363,7 +367,7 @@ grpo_args() {
   local remove_padding fused external_lib
   log_prob_flags  # sets remove_padding, fused, external_lib
   # the resolved switches that decide which patches apply (verl_ext/patches/registry.py)
-  local switches=(SIGNAL_CHECK="$SIGNAL_CHECK" GRPO_TIED_GROUPS="$GRPO_TIED_GROUPS" ROLLOUT_WORKER_START="$ROLLOUT_WORKER_START"
+  local switches=(SIGNAL_CHECK="$SIGNAL_CHECK" GRPO_TIED_GROUPS="$GRPO_TIED_GROUPS" MOVE_CREDIT="$MOVE_CREDIT" ROLLOUT_WORKER_START="$ROLLOUT_WORKER_START"
     OLD_LOG_PROB_PASS="$OLD_LOG_PROB_PASS" LM_HEAD_POSITIONS="$LM_HEAD_POSITIONS"
     ACTOR_FSDP="$ACTOR_FSDP" ACTOR_COMPILE="$ACTOR_COMPILE" GC_FREEZE="$GC_FREEZE"
     ATTN_IMPLEMENTATION="$ATTN_IMPLEMENTATION" ENABLE_LORA="$ENABLE_LORA"

@@ -1,0 +1,202 @@
+"""Credit per move in whole games (``game.move_credit``, verl_ext/patches/move_credit.py): the game record values
+each of the policy's replies in tic_tac_toe (none in connect_four), the patch finds the replies as runs of 1s in the
+response mask and adds a normalised per-reply advantage within each GRPO group, and in verl's own v1 trainer
+(``PPOTrainer._compute_advantage`` with TransferQueue stood in by a dict) rows without credit keep verl's numbers
+bit for bit while credited replies move apart, a bad record changes nothing and training never stops over it."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from verl_ext.envs import make_env
+from verl_ext.envs.config import ConfigError, from_mapping
+from verl_ext.envs.episode import parse_opponent
+from verl_ext.envs.game_settings import GameSettings
+from verl_ext.games import RECORD_FIELD
+from verl_ext.games.match import Match, MatchRules
+from verl_ext.patches import move_credit
+from verl_ext.patches.move_credit import CreditPlan, credit_of, move_advantages, plan_of, reply_spans
+
+from test_train_scripts import dry_run, overrides_of
+
+TESTS = Path(__file__).resolve().parent
+
+
+def test_replies_are_the_runs_of_ones_in_the_response_mask():
+    assert reply_spans([0, 1, 1, 0, 0, 1, 0, 1, 1]) == [(1, 3), (5, 6), (7, 9)]
+    assert reply_spans([1, 1]) == [(0, 2)] and reply_spans([0, 0]) == [] and reply_spans([]) == []
+
+
+def _play(case: str, replies: list[str], seed: int = 3) -> Match:
+    env = make_env("openspiel", {"cases": [case], "task_mode": "game"})
+    match = Match(env.start_episode(case, seed, 0), parse_opponent("random", "opponent"),
+                  MatchRules.from_settings(GameSettings()))  # one retry after a rejected reply
+    for reply in replies:
+        if match.next_request() is None:
+            break
+        legal = match.episode.legal_moves()
+        match.submit(reply if reply != "FIRST" else f"<answer>{legal[0]}</answer>")
+    return match
+
+
+def test_the_record_values_every_reply_in_tic_tac_toe_rejected_ones_as_zero_and_none_in_connect_four():
+    match = _play("tic_tac_toe", ["no answer", "FIRST", "FIRST", "FIRST"])
+    record = match.record
+    assert record.model_turns == 4 and record.rejected == 1
+    assert len(record.reply_values) == record.model_turns and record.reply_values[0] == 0
+    assert set(record.reply_values) <= {0, 1}
+    # the accepted replies' values are the ones the value share counts
+    assert sum(record.reply_values[1:]) == record.values_kept and record.value_turns == 3
+    # a fresh game: the first legal move at the empty board keeps the value (every opening draws with best play)
+    assert _play("tic_tac_toe", ["FIRST"]).record.reply_values == [1]
+    assert _play("connect_four", ["FIRST", "FIRST"]).record.reply_values == []
+    assert record.to_dict()["reply_values"] == record.reply_values and record.to_dict()["move_credit"] == 0.0
+
+
+@pytest.mark.parametrize("value", [-0.1, 10.5, float("nan"), float("inf"), "lots"])
+def test_a_move_credit_outside_0_to_10_is_refused_naming_the_key(value):
+    with pytest.raises(ConfigError, match=r"data\.env\.openspiel\.game\.move_credit"):
+        settings = from_mapping(GameSettings, {"move_credit": value}, "data.env.openspiel.game")
+        settings.validate("data.env.openspiel.game")
+
+
+@pytest.mark.parametrize("record", [
+    None, "a string", {"move_credit": 1.0}, {"move_credit": 1.0, "reply_values": []},
+    {"move_credit": 0.0, "reply_values": [1, 0]}, {"move_credit": True, "reply_values": [1, 0]},
+    {"move_credit": float("nan"), "reply_values": [1]}, {"move_credit": 1e9, "reply_values": [1]},
+    {"move_credit": 1.0, "reply_values": [1, 2]}, {"move_credit": 1.0, "reply_values": [True]},
+    {"move_credit": 1.0, "reply_values": "1,0"}, {"move_credit": 1.0, "reply_values": [1] * 10_000},
+])
+def test_a_record_that_is_not_well_formed_or_asks_for_nothing_gets_no_credit(record):
+    assert credit_of(record) == (0.0, None)
+
+
+def test_each_reply_gets_its_value_normalised_over_its_groups_replies():
+    # group a: rows 0 and 1 (replies 1,0 and 1,1,1), group b: all replies kept (no signal), row 3: no credit asked
+    mask = torch.tensor([[1, 1, 0, 1, 0, 0, 0, 0], [1, 0, 1, 1, 0, 1, 0, 0], [1, 0, 1, 0, 0, 0, 0, 0],
+                         [1, 1, 1, 1, 1, 1, 1, 1], [1, 1, 0, 1, 0, 0, 0, 0]])
+    plan = CreditPlan(["a", "a", "b", "a", "b"], [1.0, 1.0, 0.5, 0.0, 0.5], [[1, 0], [1, 1, 1], [1, 1], None, [1, 1]])
+    added, metrics = move_advantages(mask, plan)
+    values = [1, 0, 1, 1, 1]
+    mean, std = sum(values) / 5, math.sqrt(sum((v - 0.8) ** 2 for v in values) / 4)
+    kept, lost = (1 - mean) / (std + 1e-6), (0 - mean) / (std + 1e-6)
+    assert added[0].tolist() == pytest.approx([kept, kept, 0, lost, 0, 0, 0, 0])
+    assert added[1].tolist() == pytest.approx([kept, 0, kept, kept, 0, kept, 0, 0])
+    assert added[2:].abs().sum() == 0  # group b agrees everywhere; row 3 asked for nothing
+    assert metrics == {"move_credit/replies": 5.0, "move_credit/groups": 2.0, "move_credit/groups_with_signal": 1.0,
+                       "move_credit/misaligned": 0.0}
+    # the credit of a group sums to 0 over its replies (each reply weighted alike)
+    assert sum(added[0, s:e].mean() for s, e in reply_spans(mask[0].tolist())) + \
+        sum(added[1, s:e].mean() for s, e in reply_spans(mask[1].tolist())) == pytest.approx(0.0, abs=1e-5)
+
+
+def test_a_row_whose_replies_do_not_match_its_values_is_left_alone_and_counted():
+    mask = torch.tensor([[1, 0, 1, 0], [1, 1, 0, 0], [1, 0, 0, 0]])
+    plan = CreditPlan(["g", "g", "g"], [1.0, 1.0, 1.0], [[1, 0, 1], [0], [1]])  # row 0: 2 replies, 3 values
+    added, metrics = move_advantages(mask, plan)
+    assert added[0].abs().sum() == 0 and metrics["move_credit/misaligned"] == 1.0
+    assert added[1, 0] < 0 < added[2, 0]
+
+
+def test_a_batch_without_records_asking_for_credit_has_no_plan():
+    assert plan_of(["u", "v"], [{}, {RECORD_FIELD: {"move_credit": 0.0, "reply_values": [1, 0]}}]) is None
+    assert plan_of(["u"], ["not a mapping"]) is None
+    plan = plan_of(["u", "v"], [{}, {RECORD_FIELD: {"move_credit": 2.0, "reply_values": [1, 0]}}])
+    assert plan == CreditPlan(["u", "v"], [0.0, 2.0], [None, [1, 0]])
+
+
+def test_a_verl_without_the_patched_method_is_left_alone_and_says_so(capsys):
+    trainer_base = type(sys)("stand_in_trainer_base")
+    trainer_base.PPOTrainer = type("PPOTrainer", (), {})
+    assert move_credit.patch_trainer(trainer_base) is False
+    assert "game.move_credit has no effect" in capsys.readouterr().err
+
+
+TRAINER_STEP = textwrap.dedent("""
+    import json, os, sys, types
+    os.environ["VERL_USE_EXTERNAL_MODULES"] = "verl_ext.patches.move_credit"
+    import verl  # imports verl_ext.patches.move_credit, whose patch waits for verl's trainer
+    from transfer_queue.metadata import KVBatchMeta
+    from verl.experimental.agent_loop.agent_loop import AgentLoopMetrics, AgentLoopOutput
+    from verl.trainer.ppo.v1 import trainer_base
+    from verl_ext.games import RECORD_FIELD
+    from verl_ext.launch.preflight import compose
+    from tq_stand_in import StandInQueue
+
+    print("PATCHED", getattr(trainer_base.PPOTrainer, "_verl_ext_move_credit", False))
+
+
+    cls = trainer_base.get_trainer_cls("sync")
+    trainer = cls.__new__(cls)  # verl's sync trainer, not initialised: what _compute_advantage reads
+    trainer.config = compose("ppo_trainer", sys.argv[2:])
+    for case in json.loads(sys.argv[1]):
+        queue = trainer_base.tq = StandInQueue(("extra_fields",) if case["broken"] else ())
+        keys = []
+        for row in case["rows"]:
+            mask = row["mask"]
+            output = AgentLoopOutput(prompt_ids=[5, 6, 7], response_ids=list(range(10, 10 + len(mask))),
+                                     response_mask=mask, reward_score=row["reward"], num_turns=3,
+                                     metrics=AgentLoopMetrics(), extra_fields={RECORD_FIELD: row["record"]})
+            field = output.as_dict()
+            field.update(uid=row["uid"], session_id=0, extra_info={}, data_source="openspiel")
+            keys.append(row["uid"] + "_" + str(len(keys)) + "_0")
+            queue.rows[keys[-1]] = field
+        batch = KVBatchMeta(keys=keys, tags=[{}] * len(keys), partition_id="train")
+        metrics = {}
+        trainer._compute_advantage(batch, metrics)
+        advantages = [[round(float(x), 6) for x in queue.rows[k]["advantages"].tolist()] for k in keys]
+        print("CASE", json.dumps({"advantages": advantages,
+                                  "metrics": {k: v for k, v in metrics.items() if k.startswith("move_credit/")}}))
+""")
+
+
+def _rows(weight: float) -> list[dict]:
+    """Two groups of two games: g1's games differ in outcome and in their replies' values, g2's only in values."""
+    def record(values: list[int]) -> dict:
+        return {"case": "tic_tac_toe", "reply_values": values, "move_credit": weight}
+    return [
+        {"uid": "g1", "reward": 1.0, "mask": [1, 1, 0, 0, 1, 0, 1], "record": record([1, 1, 1])},
+        {"uid": "g1", "reward": 0.0, "mask": [1, 0, 0, 1, 1], "record": record([1, 0])},
+        {"uid": "g2", "reward": 0.5, "mask": [1, 0, 1], "record": record([0, 1])},
+        {"uid": "g2", "reward": 0.5, "mask": [1, 1, 0, 1], "record": record([1, 1])},
+    ]
+
+
+def test_verls_trainer_keeps_its_advantages_without_credit_and_moves_replies_apart_with_it():
+    overrides = overrides_of(dry_run("openspiel-ppo.sh", RUN_PROFILE="smoke", TASK_MODE="game"))
+    cases = [{"rows": _rows(0.0), "broken": False}, {"rows": _rows(1.0), "broken": False},
+             {"rows": _rows(1.0), "broken": True}]
+    done = subprocess.run([sys.executable, "-c", TRAINER_STEP, json.dumps(cases), *overrides],
+                          capture_output=True, text=True, timeout=300, cwd=TESTS)
+    assert done.returncode == 0, done.stderr[-4000:]
+    out = done.stdout.splitlines()
+    assert "PATCHED True" in out  # installed by VERL_USE_EXTERNAL_MODULES, as in the run's TaskRunner
+    plain, credited, broken = [json.loads(line[5:]) for line in out if line.startswith("CASE ")]
+    # no credit asked: verl's GRPO numbers, one value per game over its reply tokens, tied group g2 at 0
+    g1_win, g1_loss, g2_a, g2_b = plain["advantages"]
+    assert g1_win == [pytest.approx(0.7071, abs=1e-3)] * 2 + [0, 0] + [pytest.approx(0.7071, abs=1e-3), 0,
+                                                                        pytest.approx(0.7071, abs=1e-3)]
+    assert g1_loss[0] == pytest.approx(-0.7071, abs=1e-3) and g1_loss[1:3] == [0, 0]
+    assert g2_a == [0, 0, 0] and g2_b == [0, 0, 0, 0]
+    assert plain["metrics"] == {} and broken["advantages"] == plain["advantages"]
+    assert broken["metrics"]["move_credit/errors"] >= 1  # said once, counted, training goes on
+    # with credit: g1's values 1,1,1,1,0 -> the lost reply falls below the game's advantage, the others rise a little
+    win, loss, a, b = credited["advantages"]
+    mean, std = 0.8, math.sqrt(0.8 * 0.2 * 5 / 4)
+    up, down = (1 - mean) / (std + 1e-6), (0 - mean) / (std + 1e-6)
+    assert win[0] == pytest.approx(g1_win[0] + up, abs=1e-4) and win[2] == 0 and win[6] == pytest.approx(win[0])
+    assert loss[0] == pytest.approx(g1_loss[0] + up, abs=1e-4) and loss[3] == pytest.approx(g1_loss[3] + down, abs=1e-4)
+    # g2: a tied group keeps advantage 0 for its outcome but its replies' values differ (0,1 against 1,1)
+    g2_mean, g2_std = 0.75, math.sqrt(0.25 * 0.75 * 4 / 3)
+    assert a[0] == pytest.approx((0 - g2_mean) / (g2_std + 1e-6), abs=1e-4) and a[1] == 0
+    assert b[3] == pytest.approx((1 - g2_mean) / (g2_std + 1e-6), abs=1e-4)
+    assert credited["metrics"] == {"move_credit/replies": 9.0, "move_credit/groups": 2.0,
+                                   "move_credit/groups_with_signal": 2.0, "move_credit/misaligned": 0.0}
