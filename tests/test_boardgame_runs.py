@@ -361,3 +361,20 @@ def test_the_no_kl_arm_is_the_tactics_arm_without_the_kl_anchor(tmp_path):
     for config in configs:
         config["actor_rollout_ref"]["actor"].pop("use_kl_loss")
     assert configs[0] == configs[1]
+
+
+def test_the_credit_arm_is_the_tactics_arm_with_credit_per_move_in_tic_tac_toe(tmp_path):
+    """smollm2-boardgames-bycase-tactics-credit-grpo100.env: the tactics arm with game.move_credit 1.0 and nothing
+    else changed; the run loads the patch that turns the records' reply values into advantages."""
+    stages = {run: dry_run(tmp_path, run, run_dir="same")["grpo"][0]
+              for run in ("bycase-tactics-grpo100", "bycase-tactics-credit-grpo100")}
+    arms = {run: compose("ppo_trainer", overrides_of(argv)) for run, argv in stages.items()}
+    credit = arms["bycase-tactics-credit-grpo100"]
+    assert check_ppo(credit, check_imports=False) == []
+    env = OmegaConf.to_container(credit.data.env, resolve=True)
+    assert EnvMixture(env, where="data.env").adapters["openspiel"].game_settings.move_credit == 1.0
+    modules = credit.ray_kwargs.ray_init.runtime_env.env_vars.VERL_USE_EXTERNAL_MODULES
+    assert "verl_ext.patches.move_credit" in modules.split(",")
+    configs = [OmegaConf.to_container(cfg) for cfg in arms.values()]
+    configs[1]["data"]["env"]["openspiel"]["game"].pop("move_credit")
+    assert configs[0] == configs[1]
