@@ -35,6 +35,7 @@ from verl_ext.envs.openspiel_env import OpenSpielAdapter, load_game
 from verl_ext.games import AGENT_LOOP_CONFIG, GAME_AGENT_NAME, RECORD_FIELD
 from verl_ext.games.agent_loop import GameAgentLoop, game_setup
 from verl_ext.games.match import GameRecord, Match, MatchRules
+from verl_ext.patches.move_credit import plan_of, reply_spans
 from verl_ext.mixture import EnvMixture
 from verl_ext.reward import METRIC_KEYS
 from verl_ext.tiny_model import build_qwen2, build_tokenizer
@@ -184,18 +185,6 @@ def play(config, tokenizer, row, policy, episodes, sampling_params=None):
     return output, GameRecord.from_dict(output.extra_fields[RECORD_FIELD]), server
 
 
-def spans(mask: list[int]) -> list[tuple[int, int]]:
-    """Maximal runs of 1s in a mask, as (start, end)."""
-    runs, start = [], None
-    for i, bit in enumerate([*mask, 0]):
-        if bit and start is None:
-            start = i
-        elif not bit and start is not None:
-            runs.append((start, i))
-            start = None
-    return runs
-
-
 def check_invariants(output, server, tokenizer, response_length: int = RESPONSE_LEN) -> list:
     """Shapes, mask 1 exactly on the learner's generated tokens, log-probs aligned; returns the learner calls."""
     n = len(output.response_ids)
@@ -205,7 +194,7 @@ def check_invariants(output, server, tokenizer, response_length: int = RESPONSE_
     model_tokens = [t for c in learner_calls for t in c.tokens]
     masked = [t for t, m in zip(output.response_ids, output.response_mask) if m]
     assert masked == model_tokens[: len(masked)]  # exactly the generated tokens, in order (the last may be cut)
-    for (start, end), call in zip(spans(output.response_mask), learner_calls):
+    for (start, end), call in zip(reply_spans(output.response_mask), learner_calls):
         assert output.response_ids[start:end] == call.tokens[: end - start]
     for i, (m, lp) in enumerate(zip(output.response_mask, output.response_logprobs)):
         assert (lp < 0) if m else (lp == 0.0), i  # model tokens carry the rollout's log-probs, env tokens 0
@@ -232,7 +221,7 @@ def test_transcript_mask_and_replies_of_a_whole_game(game_tokenizer, episodes, i
     assert len(learner_calls) == record.model_turns == record.model_moves > 3
     assert record.model_tokens == sum(output.response_mask) == sum(len(c.tokens) for c in learner_calls)
     # decoding each model span gives exactly the model's reply
-    for (start, end), call in zip(spans(output.response_mask), learner_calls):
+    for (start, end), call in zip(reply_spans(output.response_mask), learner_calls):
         assert game_tokenizer.decode(output.response_ids[start:end]) == game_tokenizer.decode(call.tokens)
     # prompt + response decode to the chat transcript of the game, replayed from its seed with the same replies
     replies = iter([game_tokenizer.decode(c.tokens, skip_special_tokens=True) for c in learner_calls])
@@ -368,6 +357,27 @@ def test_a_retry_can_save_the_turn(game_tokenizer, episodes):
     reward = score_with_verl(config, output, row)["reward_score"]
     outcome = 1.0 if record.result == "win" else 0.5
     assert reward == pytest.approx(0.8 * outcome + 0.2 * 0.5)  # legal_weight x (legal replies / replies)
+
+
+def test_each_reply_is_one_run_of_the_mask_and_carries_its_value_for_move_credit(game_tokenizer, episodes):
+    """game.move_credit (verl_ext/patches/move_credit.py) finds the replies as runs of 1s in the response mask and
+    pairs them in order with the record's reply_values: through the agent loop, rejected replies included, they
+    match one to one."""
+    config = game_config(game_tokenizer.name_or_path, illegal_retries=1, move_credit=1.5)
+    row = game_row(config, "tic_tac_toe", 0)
+
+    def fixes_after_correction(call, episode):
+        text = game_tokenizer.decode(call.prompt_ids)
+        return best_move(call, episode) if text.rstrip().endswith(
+            "<|im_start|>assistant") and "rejected" in text[-400:] else answer("x(9,9)")
+
+    output, record, _ = play(config, game_tokenizer, row, fixes_after_correction, episodes)
+    assert record.move_credit == 1.5 and record.rejected == record.model_moves > 0
+    assert len(reply_spans(output.response_mask)) == record.model_turns == len(record.reply_values)
+    assert record.reply_values[0::2] == [0] * record.rejected  # every other reply was the rejected x(9,9)
+    assert record.reply_values[1::2] == [1] * record.model_moves  # the engine's best moves keep the value
+    plan = plan_of(["g"], [output.extra_fields])
+    assert plan is not None and plan.values == [record.reply_values] and plan.weights == [1.5]
 
 
 def test_budget_truncation_is_marked_and_scored_as_configured(game_tokenizer, episodes):
