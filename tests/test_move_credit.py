@@ -174,7 +174,7 @@ def test_verls_trainer_keeps_its_advantages_without_credit_and_moves_replies_apa
     overrides = overrides_of(dry_run("openspiel-ppo.sh", RUN_PROFILE="smoke", TASK_MODE="game"))
     cases = [{"rows": _rows(0.0), "broken": False}, {"rows": _rows(1.0), "broken": False},
              {"rows": _rows(1.0), "broken": True}]
-    done = subprocess.run([sys.executable, "-c", TRAINER_STEP, json.dumps(cases), *overrides],
+    done = subprocess.run([sys.executable, "-c", TRAINER_STEP, json.dumps(cases), *overrides], check=False,
                           capture_output=True, text=True, timeout=300, cwd=TESTS)
     assert done.returncode == 0, done.stderr[-4000:]
     out = done.stdout.splitlines()

@@ -58,18 +58,16 @@ class CreditPlan:
     values: list[list[int] | None]
 
 
-def reply_spans(mask: Sequence[int]) -> list[tuple[int, int]]:
-    """The ``[start, end)`` token ranges of the runs of 1s in one row's response mask: the policy's replies."""
-    spans, start = [], None
-    for i, bit in enumerate(mask):
-        if bit and start is None:
-            start = i
-        elif not bit and start is not None:
-            spans.append((start, i))
-            start = None
-    if start is not None:
-        spans.append((start, len(mask)))
-    return spans
+def reply_spans(mask: Any) -> list[tuple[int, int]]:
+    """The ``[start, end)`` token ranges of the runs of 1s in one row's response mask (a sequence or a 1-D tensor):
+    the policy's replies."""
+    import torch
+
+    bits = torch.as_tensor(mask).reshape(-1).ne(0).to(torch.int8)
+    edges = torch.diff(bits, prepend=bits.new_zeros(1), append=bits.new_zeros(1))
+    starts = (edges == 1).nonzero().flatten().tolist()
+    ends = (edges == -1).nonzero().flatten().tolist()
+    return list(zip(starts, ends))
 
 
 def credit_of(record: Any) -> tuple[float, list[int] | None]:
@@ -104,7 +102,7 @@ def move_advantages(mask: Any, plan: CreditPlan) -> tuple[Any, dict[str, float]]
     replies credited, groups whose reply values differed, rows whose replies did not match their values."""
     import torch
 
-    rows = mask.detach().cpu().tolist()
+    rows = mask.detach().cpu()
     if len(rows) != len(plan.values):
         raise ValueError(f"{len(rows)} rows of response_mask for a plan of {len(plan.values)}")
     spans: dict[int, list[tuple[int, int]]] = {}
