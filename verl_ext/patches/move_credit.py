@@ -185,8 +185,8 @@ def patch_trainer(trainer_base: ModuleType) -> bool:
         try:
             data = trainer_base.tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id,
                                                 select_fields=["uid", "extra_fields"])
-            if "extra_fields" in data.keys():
-                uids = _as_list(data["uid"]) if "uid" in data.keys() else [None] * len(batch.keys)
+            if "extra_fields" in data:
+                uids = _as_list(data["uid"]) if "uid" in data else [None] * len(batch.keys)
                 plan = plan_of(uids, _as_list(data["extra_fields"]))
         except Exception:  # noqa: BLE001 - a failed read leaves verl's advantages, never training down
             _note_error(metrics, "reading the game records")
