@@ -363,16 +363,16 @@ def test_the_no_kl_arm_is_the_tactics_arm_without_the_kl_anchor(tmp_path):
     assert configs[0] == configs[1]
 
 
-def test_the_credit_arm_is_the_tactics_arm_with_credit_per_move_in_tic_tac_toe(tmp_path):
-    """smollm2-boardgames-bycase-tactics-credit-grpo100.env: the tactics arm with game.move_credit 1.0 and nothing
-    else changed; the run loads the patch that turns the records' reply values into advantages."""
-    stages = {run: dry_run(tmp_path, run, run_dir="same")["grpo"][0]
-              for run in ("bycase-tactics-grpo100", "bycase-tactics-credit-grpo100")}
-    arms = {run: compose("ppo_trainer", overrides_of(argv)) for run, argv in stages.items()}
-    credit = arms["bycase-tactics-credit-grpo100"]
+@pytest.mark.parametrize("run, weight", [("bycase-tactics-credit-grpo100", 1.0), ("bycase-tactics-credit2-grpo100", 2.0)])
+def test_the_credit_arms_are_the_tactics_arm_with_credit_per_move_in_tic_tac_toe(tmp_path, run, weight):
+    """smollm2-boardgames-bycase-tactics-credit(2)-grpo100.env: the tactics arm with game.move_credit 1.0 (2.0) and
+    nothing else changed; the run loads the patch that turns the records' reply values into advantages."""
+    stages = {name: dry_run(tmp_path, name, run_dir="same")["grpo"][0] for name in ("bycase-tactics-grpo100", run)}
+    arms = {name: compose("ppo_trainer", overrides_of(argv)) for name, argv in stages.items()}
+    credit = arms[run]
     assert check_ppo(credit, check_imports=False) == []
     env = OmegaConf.to_container(credit.data.env, resolve=True)
-    assert EnvMixture(env, where="data.env").adapters["openspiel"].game_settings.move_credit == 1.0
+    assert EnvMixture(env, where="data.env").adapters["openspiel"].game_settings.move_credit == weight
     modules = credit.ray_kwargs.ray_init.runtime_env.env_vars.VERL_USE_EXTERNAL_MODULES
     assert "verl_ext.patches.move_credit" in modules.split(",")
     configs = [OmegaConf.to_container(cfg) for cfg in arms.values()]
