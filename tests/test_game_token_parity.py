@@ -9,10 +9,11 @@ import pyarrow.parquet as pq
 import pytest
 from omegaconf import OmegaConf
 
-from test_game_agent_loop import game_config, game_row, game_tokenizer, episodes, play, spans  # noqa: F401 (fixtures)
+from test_game_agent_loop import game_config, game_row, game_tokenizer, episodes, play  # noqa: F401 (fixtures)
 from verl_ext.games.agent_loop import game_setup
 from verl_ext.games.demonstration import play_demonstration
 from verl_ext.games.match import Match, MatchRules
+from verl_ext.patches.move_credit import reply_spans
 
 
 def engine_reply(call, episode) -> str:
@@ -153,7 +154,7 @@ def test_game_tokens_equal_the_chat_template_for_any_model_type(request, game_to
             tokens = tokenizer.encode(message["content"], add_special_tokens=False) + [end]
             assert rendered[start: start + len(tokens)] == tokens
             expected.append((start - len(output.prompt_ids), start - len(output.prompt_ids) + len(tokens)))
-    assert spans(list(output.response_mask)) == expected
+    assert reply_spans(list(output.response_mask)) == expected
 
 
 def test_without_the_template_builder_a_llama_chatml_game_loses_its_turn_newlines(llama_chatml_tokenizer, episodes,

@@ -43,11 +43,11 @@ def overrides_of(argv: list[str]) -> list[str]:
 
 def runtime_env_modules(**env: str) -> str | None:
     """``VERL_USE_EXTERNAL_MODULES`` in the job's runtime_env of openspiel-ppo.sh's smoke run with ``env``
-    (``SIGNAL_CHECK=off`` and ``GRPO_TIED_GROUPS=verl`` unless given: the tests that pin other modules' lists leave
-    the step-signal and tied-groups ones out)."""
+    (``SIGNAL_CHECK=off``, ``GRPO_TIED_GROUPS=verl`` and ``MOVE_CREDIT=off`` unless given: the tests that pin other
+    modules' lists leave the step-signal, tied-groups and move-credit ones out)."""
     from omegaconf import OmegaConf
 
-    env = {"SIGNAL_CHECK": "off", "GRPO_TIED_GROUPS": "verl", **env}
+    env = {"SIGNAL_CHECK": "off", "GRPO_TIED_GROUPS": "verl", "MOVE_CREDIT": "off", **env}
 
     cfg = compose("ppo_trainer", overrides_of(dry_run("openspiel-ppo.sh", RUN_PROFILE="smoke", **env)))
     env_vars = OmegaConf.to_container(cfg.ray_kwargs.ray_init.get("runtime_env") or {}).get("env_vars") or {}

@@ -152,7 +152,7 @@ def test_get_mp_context_outside_an_engine_launch_changes_nothing(monkeypatch):
 def test_train_script_puts_the_module_into_every_ray_workers_environment():
     argv = dry_run("openspiel-ppo.sh", RUN_PROFILE="smoke", ROLLOUT_WORKER_START="fork", VERL_USE_EXTERNAL_MODULES="my.mod",
                    OLD_LOG_PROB_PASS="always", GC_FREEZE="0", ACTOR_FSDP="on", LM_HEAD_POSITIONS="all",
-                   SIGNAL_CHECK="off", GRPO_TIED_GROUPS="verl")  # their modules join the list otherwise
+                   SIGNAL_CHECK="off", GRPO_TIED_GROUPS="verl", MOVE_CREDIT="off")  # their modules join the list otherwise
     cfg = compose("ppo_trainer", overrides_of(argv))
     # verl's main_ppo merges its defaults with ray_kwargs.ray_init.runtime_env before ray.init (main_ppo.py:61-71)
     runtime_env = OmegaConf.merge(get_ppo_ray_runtime_env(cfg), cfg.ray_kwargs.ray_init.runtime_env)
@@ -160,14 +160,14 @@ def test_train_script_puts_the_module_into_every_ray_workers_environment():
     assert env_vars["VERL_USE_EXTERNAL_MODULES"] == "my.mod,verl_ext.patches.vllm_worker_fork"
     assert env_vars["VLLM_DISABLE_COMPILE_CACHE"] == "1"  # verl's own defaults stay
     default = dry_run("openspiel-ppo.sh", RUN_PROFILE="smoke", OLD_LOG_PROB_PASS="always", GC_FREEZE="0", ACTOR_FSDP="on",
-                      LM_HEAD_POSITIONS="all", SIGNAL_CHECK="off", GRPO_TIED_GROUPS="verl")  # fork: vLLM's
+                      LM_HEAD_POSITIONS="all", SIGNAL_CHECK="off", GRPO_TIED_GROUPS="verl", MOVE_CREDIT="off")  # fork: vLLM's
     assert "+ray_kwargs.ray_init.runtime_env.env_vars.VERL_USE_EXTERNAL_MODULES=verl_ext.patches.vllm_worker_fork" \
         in default
     for env in ({"ROLLOUT_WORKER_START": "spawn"}, {"ROLLOUT_BACKEND": "sglang"},
                 {"VLLM_WORKER_MULTIPROC_METHOD": "spawn"}):
         assert not any("VERL_USE_EXTERNAL_MODULES" in arg for arg in dry_run("openspiel-ppo.sh", RUN_PROFILE="smoke",
                                                                              OLD_LOG_PROB_PASS="always", GC_FREEZE="0", ACTOR_FSDP="on",
-                                                                             LM_HEAD_POSITIONS="all", SIGNAL_CHECK="off", GRPO_TIED_GROUPS="verl",
+                                                                             LM_HEAD_POSITIONS="all", SIGNAL_CHECK="off", GRPO_TIED_GROUPS="verl", MOVE_CREDIT="off",
                                                                              **env)), env
 
 
