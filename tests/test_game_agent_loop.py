@@ -342,16 +342,22 @@ def test_illegal_or_unparseable_replies_retry_then_forfeit(game_tokenizer, episo
     assert score_with_verl(config, output, row)["reward_score"] == 0.0
 
 
+def fixes_after_correction(tokenizer):
+    """A policy that answers the illegal x(9,9), then the best move once the last prompt is a correction."""
+
+    def policy(call, episode):
+        text = tokenizer.decode(call.prompt_ids)
+        return best_move(call, episode) if text.rstrip().endswith(
+            "<|im_start|>assistant") and "rejected" in text[-400:] else answer("x(9,9)")
+
+    return policy
+
+
 def test_a_retry_can_save_the_turn(game_tokenizer, episodes):
     config = game_config(game_tokenizer.name_or_path, illegal_retries=1, legal_weight=0.2)
     row = game_row(config, "tic_tac_toe", 0)
 
-    def fixes_after_correction(call, episode):
-        text = game_tokenizer.decode(call.prompt_ids)
-        return best_move(call, episode) if text.rstrip().endswith(
-            "<|im_start|>assistant") and "rejected" in text[-400:] else answer("x(9,9)")
-
-    output, record, server = play(config, game_tokenizer, row, fixes_after_correction, episodes)
+    output, record, server = play(config, game_tokenizer, row, fixes_after_correction(game_tokenizer), episodes)
     assert record.forfeit is None and record.result in ("win", "draw")
     assert record.rejected == record.retries == record.model_moves and record.model_turns == 2 * record.model_moves
     reward = score_with_verl(config, output, row)["reward_score"]
@@ -366,12 +372,7 @@ def test_each_reply_is_one_run_of_the_mask_and_carries_its_value_for_move_credit
     config = game_config(game_tokenizer.name_or_path, illegal_retries=1, move_credit=1.5)
     row = game_row(config, "tic_tac_toe", 0)
 
-    def fixes_after_correction(call, episode):
-        text = game_tokenizer.decode(call.prompt_ids)
-        return best_move(call, episode) if text.rstrip().endswith(
-            "<|im_start|>assistant") and "rejected" in text[-400:] else answer("x(9,9)")
-
-    output, record, _ = play(config, game_tokenizer, row, fixes_after_correction, episodes)
+    output, record, _ = play(config, game_tokenizer, row, fixes_after_correction(game_tokenizer), episodes)
     assert record.move_credit == 1.5 and record.rejected == record.model_moves > 0
     assert len(reply_spans(output.response_mask)) == record.model_turns == len(record.reply_values)
     assert record.reply_values[0::2] == [0] * record.rejected  # every other reply was the rejected x(9,9)
