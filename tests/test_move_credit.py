@@ -2,7 +2,8 @@
 each of the policy's replies in tic_tac_toe (none in connect_four), the patch finds the replies as runs of 1s in the
 response mask and adds a normalised per-reply advantage within each GRPO group, and in verl's own v1 trainer
 (``PPOTrainer._compute_advantage`` with TransferQueue stood in by a dict) rows without credit keep verl's numbers
-bit for bit while credited replies move apart, a bad record changes nothing and training never stops over it."""
+bit for bit while credited replies move apart, a bad record changes nothing and training never stops over it. A
+trainer whose config sets no ``game.move_credit`` above 0 decides so once and never reads the records."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from types import ModuleType, SimpleNamespace
 
 import pytest
 import torch
@@ -23,7 +25,8 @@ from verl_ext.envs.game_settings import GameSettings
 from verl_ext.games import RECORD_FIELD
 from verl_ext.games.match import Match, MatchRules
 from verl_ext.patches import move_credit
-from verl_ext.patches.move_credit import CreditPlan, credit_of, move_advantages, plan_of, reply_spans
+from verl_ext.patches.move_credit import (MARK, CreditPlan, credit_config, credit_of, move_advantages, plan_of,
+                                          reply_spans)
 
 from test_train_scripts import dry_run, overrides_of
 
@@ -120,6 +123,89 @@ def test_a_verl_without_the_patched_method_is_left_alone_and_says_so(capsys):
     assert "game.move_credit has no effect" in capsys.readouterr().err
 
 
+SAID_OFF = f"{MARK}: off (no data.env.<env>.game.move_credit above 0): verl's advantages, no TransferQueue read"
+SAID_ON = (f"{MARK}: on for openspiel (game.move_credit 1): each step reads the batch's game records from "
+           "TransferQueue")
+
+
+def _env(game: object) -> dict:
+    return {"data": {"env": {"openspiel": {"task_mode": "game", "game": game}}}}
+
+
+@pytest.mark.parametrize("config, weights", [
+    (None, {}), ({}, {}), ({"data": {}}, {}), ({"data": {"env": "openspiel"}}, {}), ({"data": {"env": None}}, {}),
+    ({"data": {"env": {"openspiel": {"game_types": ["tic_tac_toe"]}, "weights": {"openspiel": 3},
+                       "system_prompt": "You play."}}}, {}),
+    (_env(None), {}), (_env({}), {}), (_env({"move_credit": 0}), {}), (_env({"move_credit": "lots"}), {}),
+    (_env({"move_credit": 11.0}), {}), (_env({"move_credit": True, "opponent": "random"}), {}), (_env("1.0"), {}),
+    (_env({"move_credit": 1.5}), {"openspiel": 1.5}), (_env({"move_credit": "2"}), {"openspiel": 2.0}),
+    (SimpleNamespace(data=SimpleNamespace(env={"openspiel": {"game": {"move_credit": 0.5}}})), {"openspiel": 0.5}),
+])
+def test_the_config_asks_for_credit_only_where_an_envs_game_sets_move_credit_above_0(config, weights):
+    decided = credit_config(config)
+    assert decided.weights == weights and decided.on == bool(weights)
+
+
+def test_the_decision_reads_verls_omegaconf_config_and_names_what_it_could_not_read():
+    from omegaconf import OmegaConf
+
+    config = OmegaConf.create(_env({"move_credit": 1.0, "opponent": "random"}))
+    OmegaConf.set_struct(config, True)  # as verl's: an absent key is no error for .get
+    assert credit_config(config).weights == {"openspiel": 1.0}
+    refused = credit_config(_env({"move_credit": "lots"}))
+    assert not refused.on and "data.env.openspiel.game.move_credit" in refused.describe()
+    unresolved = credit_config(OmegaConf.create(_env({"move_credit": "${oc.env:VERL_EXT_NO_SUCH_VARIABLE}"})))
+    assert not unresolved.on and "not read: data.env" in unresolved.describe()
+
+
+class _RecordingQueue:
+    """The records of two rows of one group whose reply values differ; ``reads``: each read's fields."""
+
+    def __init__(self) -> None:
+        self.reads: list[list[str]] = []
+
+    def kv_batch_get(self, keys, partition_id, select_fields):
+        self.reads.append(list(select_fields))
+        records = [{"move_credit": 1.0, "reply_values": [1, 0]}, {"move_credit": 1.0, "reply_values": [1]}]
+        return {"uid": ["g", "g"], "extra_fields": [{RECORD_FIELD: r} for r in records]}
+
+
+def _stand_in_verl(queue: _RecordingQueue) -> ModuleType:
+    """A trainer_base with verl's names whose ``_compute_advantage`` makes advantages 0 through the module's
+    ``compute_advantage_for_multi_trajectories`` (which the patch wraps)."""
+    module = ModuleType("stand_in_trainer_base")
+    module.tq = queue
+    module.compute_advantage_for_multi_trajectories = lambda data: data
+
+    class PPOTrainer:
+        def _compute_advantage(self, batch, metrics):
+            mask = torch.tensor([[1, 0, 1], [1, 1, 0]])
+            data = SimpleNamespace(batch={"response_mask": mask, "advantages": torch.zeros(mask.shape)})
+            return module.compute_advantage_for_multi_trajectories(data).batch["advantages"]
+
+    module.PPOTrainer = PPOTrainer
+    return module
+
+
+def test_a_trainer_decides_once_and_reads_no_records_while_its_config_asks_for_no_credit(capsys):
+    queue = _RecordingQueue()
+    verl = _stand_in_verl(queue)
+    assert move_credit.patch_trainer(verl)
+    batch = SimpleNamespace(keys=["a", "b"], partition_id="train")
+    off, on = verl.PPOTrainer(), verl.PPOTrainer()
+    off.config, on.config = _env({"move_credit": 0.0}), _env({"move_credit": 1.0})
+    metrics: dict = {}
+    first_off = off._compute_advantage(batch, metrics)
+    off.config = on.config  # the decision is the trainer's: a later config is not read again
+    assert off._compute_advantage(batch, metrics).abs().sum() == 0 == first_off.abs().sum()
+    assert queue.reads == [] and metrics == {}
+    first_on = on._compute_advantage(batch, metrics)
+    on.config = None
+    assert torch.equal(on._compute_advantage(batch, metrics), first_on) and first_on[0, 2] < 0 < first_on[0, 0]
+    assert queue.reads == [["uid", "extra_fields"]] * 2 and metrics["move_credit/replies"] == 3.0
+    assert capsys.readouterr().err.splitlines() == [SAID_OFF, SAID_ON]
+
+
 TRAINER_STEP = textwrap.dedent("""
     import json, os, sys, types
     os.environ["VERL_USE_EXTERNAL_MODULES"] = "verl_ext.patches.move_credit"
@@ -134,10 +220,14 @@ TRAINER_STEP = textwrap.dedent("""
     print("PATCHED", getattr(trainer_base.PPOTrainer, "_verl_ext_move_credit", False))
 
 
-    cls = trainer_base.get_trainer_cls("sync")
-    trainer = cls.__new__(cls)  # verl's sync trainer, not initialised: what _compute_advantage reads
-    trainer.config = compose("ppo_trainer", sys.argv[2:])
+    configs = {}
     for case in json.loads(sys.argv[1]):
+        extra = tuple(case["overrides"])
+        if extra not in configs:
+            configs[extra] = compose("ppo_trainer", sys.argv[2:] + list(extra))
+        cls = trainer_base.get_trainer_cls("sync")
+        trainer = cls.__new__(cls)  # verl's sync trainer, not initialised: what _compute_advantage reads
+        trainer.config = configs[extra]
         queue = trainer_base.tq = StandInQueue(("extra_fields",) if case["broken"] else ())
         keys = []
         for row in case["rows"]:
@@ -153,9 +243,11 @@ TRAINER_STEP = textwrap.dedent("""
         metrics = {}
         trainer._compute_advantage(batch, metrics)
         advantages = [[round(float(x), 6) for x in queue.rows[k]["advantages"].tolist()] for k in keys]
-        print("CASE", json.dumps({"advantages": advantages,
+        record_reads = sum("extra_fields" in fields for fields in queue.reads)
+        print("CASE", json.dumps({"advantages": advantages, "record_reads": record_reads,
                                   "metrics": {k: v for k, v in metrics.items() if k.startswith("move_credit/")}}))
 """)
+CREDIT = ["+data.env.openspiel.game.move_credit=1.0"]
 
 
 def _rows(weight: float) -> list[dict]:
@@ -172,14 +264,22 @@ def _rows(weight: float) -> list[dict]:
 
 def test_verls_trainer_keeps_its_advantages_without_credit_and_moves_replies_apart_with_it():
     overrides = overrides_of(dry_run("openspiel-ppo.sh", RUN_PROFILE="smoke", TASK_MODE="game"))
-    cases = [{"rows": _rows(0.0), "broken": False}, {"rows": _rows(1.0), "broken": False},
-             {"rows": _rows(1.0), "broken": True}]
+    assert not any("game.move_credit" in o for o in overrides)  # the smoke run asks for no credit: off by default
+    # off: the config sets no move_credit, so even records asking for credit (never written so) are not read
+    cases = [{"rows": _rows(1.0), "broken": False, "overrides": []},
+             {"rows": _rows(0.0), "broken": False, "overrides": CREDIT},
+             {"rows": _rows(1.0), "broken": False, "overrides": CREDIT},
+             {"rows": _rows(1.0), "broken": True, "overrides": CREDIT}]
     done = subprocess.run([sys.executable, "-c", TRAINER_STEP, json.dumps(cases), *overrides], check=False,
                           capture_output=True, text=True, timeout=300, cwd=TESTS)
     assert done.returncode == 0, done.stderr[-4000:]
     out = done.stdout.splitlines()
     assert "PATCHED True" in out  # installed by VERL_USE_EXTERNAL_MODULES, as in the run's TaskRunner
-    plain, credited, broken = [json.loads(line[5:]) for line in out if line.startswith("CASE ")]
+    off, plain, credited, broken = [json.loads(line[5:]) for line in out if line.startswith("CASE ")]
+    decisions = [line for line in done.stderr.splitlines() if line.startswith(f"{MARK}: o")]
+    assert decisions == [SAID_OFF] + [SAID_ON] * 3  # once per trainer
+    assert off["record_reads"] == 0 and off["metrics"] == {} and off["advantages"] == plain["advantages"]
+    assert plain["record_reads"] == credited["record_reads"] == broken["record_reads"] == 1
     # no credit asked: verl's GRPO numbers, one value per game over its reply tokens, tied group g2 at 0
     g1_win, g1_loss, g2_a, g2_b = plain["advantages"]
     assert g1_win == [pytest.approx(0.7071, abs=1e-3)] * 2 + [0, 0] + [pytest.approx(0.7071, abs=1e-3), 0,

@@ -9,11 +9,12 @@ from verl.utils.tensordict_utils import list_of_dict_to_tensordict
 
 class StandInQueue:
     """Rows by key, each a dict of fields; ``broken_fields``: a read that selects one of them raises, as a queue
-    gone away would."""
+    gone away would. ``reads``: the fields each ``kv_batch_get`` selected, in call order."""
 
     def __init__(self, broken_fields: tuple[str, ...] = ()) -> None:
         self.rows: dict = {}
         self.broken_fields = broken_fields
+        self.reads: list[list[str]] = []
 
     def kv_batch_put(self, keys, partition_id, fields, tags=None):
         for i, key in enumerate(keys):
@@ -22,6 +23,7 @@ class StandInQueue:
         return KVBatchMeta(keys=list(keys), tags=tags or [{}] * len(keys), partition_id=partition_id)
 
     def kv_batch_get(self, keys, partition_id, select_fields):
+        self.reads.append(list(select_fields))
         if set(select_fields) & set(self.broken_fields):
             raise ConnectionError("TransferQueue went away")
         present = [f for f in select_fields if all(f in self.rows[k] for k in keys)]

@@ -13,12 +13,16 @@ Where: verl 0.9.1's v1 trainer computes advantages in ``PPOTrainer._compute_adva
 ``compute_advantage_for_multi_trajectories`` (trainer/ppo/v1/utils.py), which for GRPO broadcasts one scalar per
 session over its response tokens, and writes the advantages back. No registered estimator sees the records, and a
 per-token advantage made inside verl's estimator would be flattened by that broadcast. ``install()`` wraps
-``_compute_advantage``: it first reads the batch's records (the agent loop's ``extra_fields``) and, only when a row
-asks for credit, wraps the module's ``compute_advantage_for_multi_trajectories`` for that call to add the credit to
-its result, which verl then writes back. A reply is a run of 1s in the row's ``response_mask`` (the agent loop
-masks prompts, corrections and the turn-end token it adds); a row whose runs do not match its reply values in
-number is left as verl made it and counted (``move_credit/misaligned``). Rows without credit keep verl's numbers bit
-for bit. Loaded through ``VERL_USE_EXTERNAL_MODULES`` by the train scripts; importing it changes nothing.
+``_compute_advantage``. On a trainer's first call it decides from the trainer's config whether any env asks for
+credit (``data.env.<env>.game.move_credit`` above 0, parsed as the env parses it: ``GameSettings``), keeps the
+answer on the trainer and says it once on stderr. While none does (the default), verl's method runs alone: no
+TransferQueue read of the patch's own. When one does, each step first reads the batch's records (the agent loop's
+``extra_fields``) and, only when a row asks for credit, wraps the module's ``compute_advantage_for_multi_trajectories``
+for that call to add the credit to its result, which verl then writes back. A reply is a run of 1s in the row's
+``response_mask`` (the agent loop masks prompts, corrections and the turn-end token it adds); a row whose runs do not
+match its reply values in number is left as verl made it and counted (``move_credit/misaligned``). Rows without
+credit keep verl's numbers bit for bit. Loaded through ``VERL_USE_EXTERNAL_MODULES`` by the train scripts; importing
+it changes nothing.
 """
 
 from __future__ import annotations
@@ -33,7 +37,8 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from verl_ext.envs.game_settings import MAX_MOVE_CREDIT
+from verl_ext.envs.config import from_mapping, to_plain
+from verl_ext.envs.game_settings import MAX_MOVE_CREDIT, GameSettings
 from verl_ext.games import RECORD_FIELD
 from verl_ext.patches.import_hook import after_import
 from verl_ext.patches.registry import apply_if_named
@@ -41,6 +46,8 @@ from verl_ext.patches.registry import apply_if_named
 TRAINER_MODULE = "verl.trainer.ppo.v1.trainer_base"
 MARK = "[verl-ext] move credit"
 _PATCHED = "_verl_ext_move_credit"
+# on a trainer instance: its CreditConfig, decided from its config on the first _compute_advantage
+_DECIDED = "_verl_ext_move_credit_config"
 # a game's replies are bounded by its moves and retries; a record claiming more is not one the agent loop wrote
 MAX_REPLIES = 512
 # the plan and metrics of the step whose advantages are being computed (set only around that call)
@@ -56,6 +63,76 @@ class CreditPlan:
     uids: list[str]
     weights: list[float]
     values: list[list[int] | None]
+
+
+@dataclass(frozen=True)
+class CreditConfig:
+    """What a trainer's config asks for: ``game.move_credit`` per env that sets it above 0, and the game sections
+    that could not be read (no credit for those)."""
+
+    weights: dict[str, float]
+    unreadable: tuple[str, ...] = ()
+
+    @property
+    def on(self) -> bool:
+        return bool(self.weights)
+
+    def describe(self) -> str:
+        """One line for the log: on (for which envs) or off, and any section not read."""
+        if self.on:
+            envs = ", ".join(f"{name} (game.move_credit {weight:g})" for name, weight in self.weights.items())
+            line = f"on for {envs}: each step reads the batch's game records from TransferQueue"
+        else:
+            line = "off (no data.env.<env>.game.move_credit above 0): verl's advantages, no TransferQueue read"
+        return line + "".join(f"; not read: {problem}" for problem in self.unreadable)
+
+
+def _child(node: Any, key: str) -> Any:
+    """``node[key]`` of a mapping (OmegaConf's DictConfig is one) or ``node.key``; None where absent."""
+    if isinstance(node, Mapping):
+        return node.get(key)
+    return getattr(node, key, None)
+
+
+def _game_credit(game: Any, where: str) -> float:
+    """``move_credit`` of one env's ``game`` section, parsed and validated as the env does (``GameSettings``)."""
+    return from_mapping(GameSettings, game, where).move_credit
+
+
+def credit_config(config: Any) -> CreditConfig:
+    """The envs under ``config.data.env`` whose ``game.move_credit`` is above 0; none where the section is absent,
+    not a mapping, or (said in ``unreadable``) refused by the env's own parse."""
+    try:
+        section = to_plain(_child(_child(config, "data"), "env"))
+    except Exception as err:  # noqa: BLE001 - e.g. an interpolation that does not resolve: no credit, said so
+        return CreditConfig({}, (f"data.env: {err}",))
+    if not isinstance(section, Mapping):
+        return CreditConfig({})
+    weights: dict[str, float] = {}
+    unreadable: list[str] = []
+    for name, settings in section.items():
+        game = settings.get("game") if isinstance(settings, Mapping) else None
+        if game is None:
+            continue
+        try:
+            weight = _game_credit(game, f"data.env.{name}.game")
+        except Exception as err:  # noqa: BLE001 - the dataset refuses such a config; here it only means no credit
+            unreadable.append(str(err))
+            continue
+        if weight > 0:
+            weights[str(name)] = weight
+    return CreditConfig(weights, tuple(unreadable))
+
+
+def credit_for(trainer: Any) -> CreditConfig:
+    """The trainer's ``CreditConfig``: decided from ``trainer.config`` on the first call (and said on stderr),
+    then kept on the trainer."""
+    decided = getattr(trainer, _DECIDED, None)
+    if not isinstance(decided, CreditConfig):
+        decided = credit_config(getattr(trainer, "config", None))
+        setattr(trainer, _DECIDED, decided)
+        print(f"{MARK}: {decided.describe()}", file=sys.stderr, flush=True)
+    return decided
 
 
 def reply_spans(mask: Any) -> list[tuple[int, int]]:
@@ -181,6 +258,8 @@ def patch_trainer(trainer_base: ModuleType) -> bool:
 
     @functools.wraps(compute)
     def _compute_advantage(self: Any, batch: Any, metrics: dict) -> Any:
+        if not credit_for(self).on:
+            return compute(self, batch, metrics)
         plan = None
         try:
             data = trainer_base.tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id,
