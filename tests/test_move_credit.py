@@ -23,7 +23,7 @@ from verl_ext.envs.config import ConfigError, from_mapping
 from verl_ext.envs.episode import parse_opponent
 from verl_ext.envs.game_settings import GameSettings
 from verl_ext.games import RECORD_FIELD
-from verl_ext.games.match import Match, MatchRules
+from verl_ext.games.match import Match, MatchRules, credit_target_met
 from verl_ext.patches import move_credit
 from verl_ext.patches.move_credit import (MARK, CreditPlan, credit_config, credit_of, move_advantages, plan_of,
                                           reply_spans)
@@ -56,12 +56,46 @@ def test_the_record_values_every_reply_in_tic_tac_toe_rejected_ones_as_zero_and_
     assert record.model_turns == 4 and record.rejected == 1
     assert len(record.reply_values) == record.model_turns and record.reply_values[0] == 0
     assert set(record.reply_values) <= {0, 1}
-    # the accepted replies' values are the ones the value share counts
-    assert sum(record.reply_values[1:]) == record.values_kept and record.value_turns == 3
+    # an accepted reply earns credit only where it also kept the value (credit_target_met), so never more often
+    assert sum(record.reply_values[1:]) <= record.values_kept and record.value_turns == 3
     # a fresh game: the first legal move at the empty board keeps the value (every opening draws with best play)
     assert _play("tic_tac_toe", ["FIRST"]).record.reply_values == [1]
     assert _play("connect_four", ["FIRST", "FIRST"]).record.reply_values == []
     assert record.to_dict()["reply_values"] == record.reply_values and record.to_dict()["move_credit"] == 0.0
+
+
+def _position(history: list[int]):
+    """A tic_tac_toe episode after ``history`` (actions: cell = 3 x row + column, x first)."""
+    episode = make_env("openspiel", {"cases": ["tic_tac_toe"], "task_mode": "game"}).start_episode("tic_tac_toe", 0, 0)
+    for turn, cell in enumerate(history):
+        episode.play(f"{'xo'[turn % 2]}({cell // 3},{cell % 3})")
+    return episode
+
+
+def _met(episode, move: str) -> bool:
+    return credit_target_met(episode.move_keeps_value(move), episode.move_tactics(move))
+
+
+def test_the_credit_target_takes_a_win_on_the_board_over_keeping_a_forced_win_for_later():
+    # x: (0,0) (0,2) (1,1); o: (0,1) (1,0) (1,2); x to move wins at (2,0) or (2,2), and x(2,1) keeps the win too
+    episode = _position([0, 1, 2, 3, 4, 5])
+    assert episode.move_keeps_value("x(2,1)") is True
+    assert _met(episode, "x(2,0)") and _met(episode, "x(2,2)")
+    assert not _met(episode, "x(2,1)")
+
+
+def test_the_credit_target_in_a_lost_position_pays_the_block_of_a_single_threat_only():
+    # x: (0,0) (1,0); o: (0,1); o to move has lost under best play (every move keeps the value), x threatens (2,0)
+    episode = _position([0, 1, 3])
+    assert all(episode.move_keeps_value(move) for move in episode.legal_moves())
+    assert [move for move in episode.legal_moves() if _met(episode, move)] == ["o(2,0)"]
+
+
+def test_the_credit_target_is_the_value_where_a_position_has_no_tactic_and_never_without_the_value():
+    episode = _position([])
+    assert all(_met(episode, move) for move in episode.legal_moves())  # every opening draws
+    assert not credit_target_met(False, None) and not credit_target_met(False, {"win_chance": 1.0, "win_taken": 1.0})
+    assert credit_target_met(True, None) and not _met(episode, None)
 
 
 @pytest.mark.parametrize("value", [-0.1, 10.5, float("nan"), float("inf"), "lots"])

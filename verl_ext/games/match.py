@@ -19,7 +19,7 @@ message per later turn (the position prompt, compact if the rules say so) or per
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -122,7 +122,8 @@ class GameRecord:
     value_turns: int = 0
     values_kept: int = 0
     # per reply of the trained policy, in order (rejected replies included), in a game valued exactly: 1 where the
-    # move kept the position's value, 0 where it did not or the reply was rejected; empty in other games. With
+    # move met the credit's target (``credit_target_met``: kept the position's value and played the one-ply tactic
+    # where there was one), 0 where it did not or the reply was rejected; empty in other games. With
     # ``move_credit`` (the row's ``game.move_credit``, set by the agent loop) above 0, verl_ext/patches/move_credit.py
     # turns them into an advantage per reply.
     reply_values: list[int] = field(default_factory=list)
@@ -153,6 +154,23 @@ def result_from_returns(returns: list[float], seat: int) -> str:
     mine = returns[seat]
     best_other = max((r for p, r in enumerate(returns) if p != seat), default=mine)
     return "win" if mine > best_other else "draw" if mine == best_other else "loss"
+
+
+def credit_target_met(kept: bool, flags: Mapping[str, float] | None) -> bool:
+    """Whether a reply earns credit per move (``GameRecord.reply_values``): it kept the position's value under best
+    play (``kept``) and played the one-ply tactic where the position had one (``flags``: ``Episode.move_tactics``):
+    took a win on the board, or else did not let a threat win at once.
+
+    Why both: on the GPU the value alone taught a policy to keep forced wins for later (wins on the board taken
+    83.0 -> 64.2 % against random, docs/runs/2026-11-29-h200x2-boardgames-credit-100/), and in a position already
+    lost every move keeps the value, so leaving a single threat open was paid like blocking it."""
+    if not kept:
+        return False
+    if not flags:
+        return True
+    if flags.get("win_chance"):
+        return bool(flags.get("win_taken"))
+    return not flags.get("block_chance") or bool(flags.get("blocked"))
 
 
 @dataclass
@@ -236,12 +254,14 @@ class Match:
         said: Message = {"role": "assistant", "content": reply if isinstance(reply, str) else ""}
         self._conversations[turn.player].append(said)
         turn.messages.append(said)
-        kept = self.episode.move_keeps_value(check.move if check.legal else None) if learner else None
+        played = check.move if check.legal else None
+        kept = self.episode.move_keeps_value(played) if learner else None
+        flags = self.episode.move_tactics(played) if learner else None
         if kept is not None:
-            record.reply_values.append(int(kept))
+            record.reply_values.append(int(credit_target_met(kept, flags)))
         if check.legal and check.move is not None:
             if learner:
-                self._count_tactics(check.move, kept)
+                self._count_tactics(flags, kept)
             self.episode.play(check.move)
             self._end_turn(turn.player)
             if learner:
@@ -260,7 +280,7 @@ class Match:
             turn.messages.append(correction)
             return RETRY
         if learner:
-            self._count_tactics(None, kept)
+            self._count_tactics(flags, kept)
             self._turn = None
             record.result, record.forfeit = "loss", check.reason
             return FORFEIT
@@ -269,11 +289,10 @@ class Match:
         self._end_turn(turn.player)
         return FALLBACK
 
-    def _count_tactics(self, move: str | None, kept: bool | None) -> None:
-        """Add the ending turn's one-ply tactics and whether it kept the value (``move`` played, or None for a
-        forfeit; ``kept``: ``Episode.move_keeps_value`` of it) to the record."""
+    def _count_tactics(self, flags: dict[str, float] | None, kept: bool | None) -> None:
+        """Add the ending turn's one-ply tactics (``Episode.move_tactics`` of the move played, or of None for a
+        forfeit) and whether it kept the value (``Episode.move_keeps_value`` of it) to the record."""
         record = self.record
-        flags = self.episode.move_tactics(move)
         if flags:
             record.win_chances += int(flags["win_chance"])
             record.wins_taken += int(flags["win_taken"])

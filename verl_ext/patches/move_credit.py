@@ -2,9 +2,11 @@
 
 Why: a whole game earns one reward, and GRPO gives every reply of the game the same advantage, so a lost game blames
 its good moves as much as the one that lost it. In tic_tac_toe (small enough to value exactly) the game record says,
-per reply, whether it kept the position's value under best play (``GameRecord.reply_values``); a tabular model of
-the runs' training put credit per move ~2 points of wins against random above whole-game credit at step 100
-(docs/runs/2026-11-29-cpu-board-credit-model/). Each reply of a row whose record carries ``move_credit`` w > 0 gets
+per reply, whether it kept the position's value under best play and played the one-ply tactic where there was one
+(``GameRecord.reply_values``, ``games.match.credit_target_met``); a tabular model of the runs' training put credit
+per move ~2 points of wins against random above whole-game credit at step 100
+(docs/runs/2026-11-29-cpu-board-credit-model/). On the GPU the value alone taught the value (arena 74.3 -> 85.1 %)
+but not more wins (docs/runs/2026-11-29-h200x2-boardgames-credit-100/). Each reply of a row whose record carries ``move_credit`` w > 0 gets
 ``w * (v - mean) / (std + 1e-6)`` added to its tokens' advantage, the mean and std (ddof 1) over the reply values
 of the row's GRPO group (the rows of one uid); a group whose replies all agree gets nothing.
 
