@@ -10,7 +10,15 @@ the project's own games and reward, and compares three ways of crediting the mov
 - ``value``: the same with ``game.value_weight`` 0.3 (the value arm);
 - ``per-move``: the control's game advantage plus, for each move, a GRPO advantage of its own: whether it kept the
   position's exact value (``exact_values.best_actions``), normalised over the group's moves (``--move-credit``
-  scales it). It is what a turn-level advantage in verl would give, which the project does not have yet.
+  scales it). It is what the project's turn-level credit (``verl_ext/patches/move_credit.py``) gives.
+- ``per-move-tactic``: as ``per-move``, the target being "kept the value AND played the one-ply tactic where the
+  position has one" (took a win on the board; else, facing a threat, did not let it win at once: ``tactics.one_ply``
+  and ``tactic_flags``, as the reward's tactics share reads them). Keeping a forced win for later, or any move of a
+  lost position, no longer meets it when a win or a block is on the board.
+- ``per-move-baseline``: the move advantage is ``--move-credit`` x (1[kept the value] - the share of the position's
+  legal moves that keep it): a baseline per position instead of the group's normalisation, so a position where
+  every move keeps the value gives 0 and finding the one good move gives most.
+- ``per-move-tactic-baseline``: that baseline with ``per-move-tactic``'s target.
 
 The model: a softmax over the legal cells of every position the policy meets, logits = a per-position term plus one
 shared term per cell (one token per cell serves every position in the LLM). The start is a stand-in for the cold
@@ -20,7 +28,9 @@ seeded by position), which also serves as the KL reference. Each step plays ``--
 runs' tic_tac_toe mix, seats alternating by group; the games of a group share their seed (verl's rollouts of one
 prompt share its ``extra_info``). Loss per move, token-mean: ``-A log pi`` plus KL 0.1 (k3, verl's ``low_var_kl``) to
 the start, two Adam steps a step (the minibatches), gradients clipped to norm 1. Eval: ``--eval-games`` greedy games
-against random, seats alternating, as the arena plays them, with the share of moves that kept the value.
+against random, seats alternating, as the arena plays them, with the share of moves that kept the value, the share
+of the policy's turns with a one-move win on the board where it took one ("took the win"), the share with a threat
+to block where it blocked, and the second seat's W/D/L.
 
 It is a model of credit assignment, not of SmolLM2: a table learns each position on its own (the shared term
 aside), where the LLM generalises across positions and sees the earlier moves in its conversation.
@@ -43,6 +53,7 @@ import numpy as np
 from verl_ext.envs import make_env
 from verl_ext.envs.episode import parse_opponent
 from verl_ext.envs.exact_values import best_actions
+from verl_ext.envs.tactics import one_ply, tactic_flags
 from verl_ext.evaluation.stats import proportion
 from verl_ext.games.match import Match, MatchRules
 from verl_ext.games.scoring import score_game
@@ -56,18 +67,62 @@ CELLS = 9
 GROUP = 8
 # tic_tac_toe has 4,520 non-terminal positions; the policy meets those where it is to move
 MAX_POSITIONS = 4600
-VARIANTS = {"outcome": (0.0, False), "value": (0.3, False), "per-move": (0.0, True)}  # value_weight, move credit
+TARGETS = ("kept", "tactic")  # a move's credit target: kept the value / kept it and played the one-ply tactic
+BASELINES = ("group", "position")  # (v - mean) / (std + 1e-6) over the group's moves / v - the position's share
+
+
+@dataclass(frozen=True)
+class Credit:
+    """How a variant credits moves: the reward's ``value_weight``, the per-move target (None: whole-game credit
+    only) and the per-move baseline."""
+
+    value_weight: float = 0.0
+    target: str | None = None
+    baseline: str = "group"
+
+    def __post_init__(self) -> None:
+        if self.target not in (None, *TARGETS) or self.baseline not in BASELINES:
+            raise ValueError(f"credit target {self.target!r} / baseline {self.baseline!r}")
+
+
+VARIANTS = {
+    "outcome": Credit(),
+    "value": Credit(value_weight=0.3),
+    "per-move": Credit(target="kept"),
+    "per-move-tactic": Credit(target="tactic"),
+    "per-move-baseline": Credit(target="kept", baseline="position"),
+    "per-move-tactic-baseline": Credit(target="tactic", baseline="position"),
+}
 OPPONENTS = ("random", "mcts:50")
 
 
 @dataclass
 class Moves:
-    """The policy's moves of a batch of games: position row, action, game index, kept the exact value."""
+    """The policy's moves of a batch of games: position row, action, game index, kept the exact value, kept it and
+    played the one-ply tactic (``TabularPolicy.tactic``)."""
 
     rows: list[int] = field(default_factory=list)
     actions: list[int] = field(default_factory=list)
     games: list[int] = field(default_factory=list)
     kept: list[float] = field(default_factory=list)
+    tactic: list[float] = field(default_factory=list)
+
+    def values(self, target: str) -> list[float]:
+        """The 0/1 per move of ``target`` (``TARGETS``)."""
+        return self.kept if target == "kept" else self.tactic
+
+
+def tactic_moves(state) -> np.ndarray:
+    """Per cell: whether the move plays the position's one-ply tactic (``tactic_flags``, as the agent loop's
+    ``move_tactics`` reads it): takes a win where one is on the board, else does not let a threat win at once where
+    one must be blocked; every legal move where the position has neither."""
+    tactics = one_ply(CASE, state.serialize())
+    out = np.zeros(CELLS, dtype=bool)
+    for action in state.legal_actions():
+        flags = tactic_flags(tactics, action)
+        out[action] = (not flags["win_chance"] or bool(flags["win_taken"])) and (
+            not flags["block_chance"] or bool(flags["blocked"]))
+    return out
 
 
 class TabularPolicy:
@@ -79,6 +134,7 @@ class TabularPolicy:
         self.per_state = np.zeros((MAX_POSITIONS, CELLS))
         self.legal = np.zeros((MAX_POSITIONS, CELLS), dtype=bool)
         self.kept = np.zeros((MAX_POSITIONS, CELLS), dtype=bool)
+        self.tactic = np.zeros((MAX_POSITIONS, CELLS), dtype=bool)  # kept the value and played the one-ply tactic
         self.shared = np.zeros(CELLS)
         self.reference = np.zeros((MAX_POSITIONS, CELLS))
 
@@ -89,10 +145,15 @@ class TabularPolicy:
             legal = state.legal_actions()
             self.legal[row, legal] = True
             self.kept[row, sorted(best_actions(CASE, state))] = True
+            self.tactic[row] = self.kept[row] & tactic_moves(state)
             noise = np.random.default_rng(stable_seed(self.seed, key)).normal(0.0, self.noise, CELLS)
             self.per_state[row] = np.where(self.legal[row], self.keep_logit * self.kept[row] + noise, 0.0)
             self.reference[row] = masked_softmax(self.per_state[row][None], self.legal[row][None])[0]
         return self.rows[key]
+
+    def target(self, target: str) -> np.ndarray:
+        """The per-position mask of the moves meeting ``target`` (``TARGETS``)."""
+        return self.kept if target == "kept" else self.tactic
 
     def probs(self, rows: np.ndarray | list[int]) -> np.ndarray:
         rows = np.asarray(rows, dtype=int)
@@ -113,13 +174,15 @@ def play(policy: TabularPolicy, env, seed: int, seat: int, opponent: str, rng: n
             moves.actions.append(action)
             moves.games.append(game_index)
             moves.kept.append(float(policy.kept[row, action]))
+            moves.tactic.append(float(policy.tactic[row, action]))
         match.submit(f"<answer>{state.action_to_string(seat, action)}</answer>")
     return match.record
 
 
-def move_advantages(moves: Moves, group_of_game: np.ndarray) -> np.ndarray:
-    """Per move: whether it kept the value, normalised over its group's moves (0 where every move agreed)."""
-    kept, groups = np.array(moves.kept, dtype=float), group_of_game[np.array(moves.games, dtype=int)]
+def move_advantages(moves: Moves, group_of_game: np.ndarray, target: str = "kept") -> np.ndarray:
+    """Per move: whether it met ``target`` (kept the value), normalised over its group's moves (0 where every move
+    agreed)."""
+    kept, groups = np.array(moves.values(target), dtype=float), group_of_game[np.array(moves.games, dtype=int)]
     out = np.zeros_like(kept)
     for g in np.unique(groups):
         mine = groups == g
@@ -127,6 +190,24 @@ def move_advantages(moves: Moves, group_of_game: np.ndarray) -> np.ndarray:
         if std > 1e-9:
             out[mine] = (kept[mine] - kept[mine].mean()) / (std + 1e-6)
     return out
+
+
+def position_advantages(moves: Moves, policy: TabularPolicy, target: str = "kept") -> np.ndarray:
+    """Per move: whether it met ``target`` less the share of its position's legal moves that meet it (0 where every
+    move does, or none)."""
+    rows, actions = np.array(moves.rows, dtype=int), np.array(moves.actions, dtype=int)
+    mask, legal = policy.target(target)[rows], policy.legal[rows]
+    share = (mask & legal).sum(axis=1) / legal.sum(axis=1)
+    return mask[np.arange(len(rows)), actions] - share
+
+
+def credit_advantages(credit: Credit, moves: Moves, policy: TabularPolicy, group_of_game: np.ndarray) -> np.ndarray:
+    """The per-move advantage ``credit`` adds to the game's (unscaled; zeros for whole-game credit)."""
+    if credit.target is None:
+        return np.zeros(len(moves.rows))
+    if credit.baseline == "position":
+        return position_advantages(moves, policy, credit.target)
+    return move_advantages(moves, group_of_game, credit.target)
 
 
 def group_seat(group: int, game_seed: int, second_seat: float) -> int:
@@ -139,16 +220,27 @@ def group_seat(group: int, game_seed: int, second_seat: float) -> int:
 
 
 def evaluate(policy: TabularPolicy, env, games: int, seed: int) -> dict:
-    """Greedy games against random, seats alternating: wins, second-seat W/D/L, share of moves that kept the value."""
-    results, second, kept, turns = {"win": 0, "draw": 0, "loss": 0}, {"win": 0, "draw": 0, "loss": 0}, 0, 0
+    """Greedy games against random, seats alternating: wins, second-seat W/D/L, share of moves that kept the value,
+    share of the turns with a one-move win on the board where the policy took one (``took_win``) and of those with a
+    threat to block where it blocked (``blocked``), each with its turn count."""
+    results, second = {"win": 0, "draw": 0, "loss": 0}, {"win": 0, "draw": 0, "loss": 0}
+    counts = dict.fromkeys(("kept", "turns", "taken", "win_chances", "blocks", "block_chances"), 0)
     for game in range(games):
         record = play(policy, env, stable_seed(seed, "eval", game), game % 2, "random", None)
         results[record.result] += 1
         if game % 2:
             second[record.result] += 1
-        kept, turns = kept + record.values_kept, turns + record.value_turns
-    return {"win": proportion(results["win"], games), "second_seat": second,
-            "kept": kept / turns if turns else None}
+        for key, value in (("kept", record.values_kept), ("turns", record.value_turns), ("taken", record.wins_taken),
+                           ("win_chances", record.win_chances), ("blocks", record.blocks_made),
+                           ("block_chances", record.block_chances)):
+            counts[key] += value
+    return {"win": proportion(results["win"], games), "second_seat": second, "kept": _share(counts, "kept", "turns"),
+            "took_win": _share(counts, "taken", "win_chances"), "win_chances": counts["win_chances"],
+            "blocked": _share(counts, "blocks", "block_chances"), "block_chances": counts["block_chances"]}
+
+
+def _share(counts: dict[str, int], hits: str, chances: str) -> float | None:
+    return counts[hits] / counts[chances] if counts[chances] else None
 
 
 def train(variant: str, steps: int, seed: int, lr: float, beta: float, groups: int, move_credit: float,
@@ -156,9 +248,9 @@ def train(variant: str, steps: int, seed: int, lr: float, beta: float, groups: i
     """One run; a record every ``every`` steps (step 0: the start). ``second_seat``: the share of training groups
     in which the policy plays second (0.5: seats alternate by group, as the runs' rows do by default; else drawn
     per group, as ``game.seat_weights`` draws them per row)."""
-    value_weight, per_move = VARIANTS[variant]
+    credit = VARIANTS[variant]
     env = make_env("openspiel", {"cases": [CASE], "task_mode": "game",
-                                 "game": {"tactics_weight": 0.3, "value_weight": value_weight}})
+                                 "game": {"tactics_weight": 0.3, "value_weight": credit.value_weight}})
     settings = env.game_settings
     policy = TabularPolicy(keep_logit, noise, seed)
     rng = np.random.default_rng(stable_seed(seed, variant))
@@ -180,8 +272,8 @@ def train(variant: str, steps: int, seed: int, lr: float, beta: float, groups: i
             if not moves.rows:
                 continue
             adv = group_advantages(np.array(scores), GROUP)[np.array(moves.games)]
-            if per_move:
-                adv = adv + move_credit * move_advantages(moves, np.array(group_of_game))
+            if credit.target is not None:
+                adv = adv + move_credit * credit_advantages(credit, moves, policy, np.array(group_of_game))
             rows, actions = np.array(moves.rows), np.array(moves.actions)
             optimiser.step(rows, actions, adv, policy.probs(rows), policy.legal[rows], policy.reference[rows, actions],
                            beta, 0.0, lr)
@@ -189,22 +281,25 @@ def train(variant: str, steps: int, seed: int, lr: float, beta: float, groups: i
 
 
 def plot(results: dict[str, list[list[dict]]], path: Path, title: str) -> None:
-    """Wins against random and moves kept, per variant: the mean over seeds and the min-max band."""
+    """Wins against random, moves kept and wins taken, per variant: the mean over seeds and the min-max band."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4.2))
+    reads = (lambda r: 100 * r["win"]["rate"], lambda r: 100 * r["kept"],
+             lambda r: 100 * r["took_win"] if r.get("took_win") is not None else np.nan)
     for variant, runs in results.items():
         steps = [r["step"] for r in runs[0]]
-        for ax, read in zip(axes, (lambda r: 100 * r["win"]["rate"], lambda r: 100 * r["kept"])):
+        for ax, read in zip(axes, reads):
             values = np.array([[read(r) for r in run] for run in runs])
             line, = ax.plot(steps, values.mean(axis=0), marker="o", ms=3, label=variant)
             ax.fill_between(steps, values.min(axis=0), values.max(axis=0), color=line.get_color(), alpha=0.15)
     axes[0].axhline(85, color="grey", ls="--", lw=1, label="issue 45's 85 %")
     axes[0].set(xlabel="GRPO step", ylabel="greedy wins vs random (%)", title="tic_tac_toe wins against random")
     axes[1].set(xlabel="GRPO step", ylabel="moves that kept the value (%)", title="moves that kept the exact value")
+    axes[2].set(xlabel="GRPO step", ylabel="wins taken (%)", title="turns with a one-move win where it took one")
     for ax in axes:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
@@ -214,15 +309,66 @@ def plot(results: dict[str, list[list[dict]]], path: Path, title: str) -> None:
     plt.close(fig)
 
 
+def _mean(values: list[float]) -> str:
+    return f"{np.mean(values):5.1f}" if values else "  n/a"
+
+
+def print_curves(variant: str, runs: list[list[dict]], eval_games: int) -> None:
+    """One line per eval step: means over seeds (wins with min-max) and each seed's second-seat losses."""
+    for i, record in enumerate(runs[0]):
+        wins = [100 * run[i]["win"]["rate"] for run in runs]
+        kept = [100 * run[i]["kept"] for run in runs]
+        losses = [run[i]["second_seat"]["loss"] for run in runs]
+        took = [100 * run[i]["took_win"] for run in runs if run[i].get("took_win") is not None]
+        blocked = [100 * run[i]["blocked"] for run in runs if run[i].get("blocked") is not None]
+        print(f"{variant:24s} step {record['step']:3d} | wins vs random {np.mean(wins):5.1f} "
+              f"[{min(wins):.1f}, {max(wins):.1f}] | kept {np.mean(kept):5.1f} | took win {_mean(took)} | "
+              f"blocked {_mean(blocked)} | second-seat losses {'/'.join(map(str, losses))} of "
+              f"{eval_games // 2}", flush=True)
+
+
+def final_table(results: dict[str, list[list[dict]]]) -> str:
+    """A markdown table at each variant's last eval: mean [min, max] over seeds of wins against random (%),
+    second-seat losses (games), took the win, blocked and kept the value (% of the turns)."""
+    reads = {"wins vs random": lambda r: 100 * r["win"]["rate"],
+             "second-seat losses": lambda r: r["second_seat"]["loss"],
+             "took the win": lambda r: _percent(r.get("took_win")), "blocked": lambda r: _percent(r.get("blocked")),
+             "kept the value": lambda r: _percent(r["kept"])}
+    lines = [f"| variant | step | seeds | {' | '.join(reads)} |", "|---" * (len(reads) + 3) + "|"]
+    for variant, runs in results.items():
+        cells = []
+        for read in reads.values():
+            values = [v for v in (read(run[-1]) for run in runs) if v is not None]
+            cells.append(f"{np.mean(values):.1f} [{min(values):.1f}, {max(values):.1f}]" if values else "n/a")
+        lines.append(f"| {variant} | {runs[0][-1]['step']} | {len(runs)} | {' | '.join(cells)} |")
+    return "\n".join(lines)
+
+
+def _percent(share: float | None) -> float | None:
+    return None if share is None else 100 * share
+
+
+def join(paths: list[Path]) -> tuple[dict[str, list[list[dict]]], dict[str, str]]:
+    """The runs of several ``--out`` files, each variant's seeds concatenated in the files' order, and the first
+    file's arguments."""
+    files = [json.loads(path.read_text()) for path in paths]
+    results: dict[str, list[list[dict]]] = {}
+    for data in files:
+        for variant, runs in data["results"].items():
+            results.setdefault(variant, []).extend(runs)
+    return results, files[0]["args"]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--variants", default="outcome,value,per-move", help=f"comma list of {', '.join(VARIANTS)}")
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--seeds", type=int, default=2)
+    parser.add_argument("--first-seed", type=int, default=0, help="seeds first-seed .. first-seed + seeds - 1")
     parser.add_argument("--lr", type=float, default=0.05, help="Adam's step in logit space")
     parser.add_argument("--beta", type=float, default=0.1, help="KL (k3) to the start, as the runs' kl_loss_coef")
     parser.add_argument("--groups", type=int, default=16, help="tic_tac_toe groups of 8 games a step (the runs: ~16)")
-    parser.add_argument("--move-credit", type=float, default=1.0, help="per-move: the move advantage's scale")
+    parser.add_argument("--move-credit", type=float, default=1.0, help="per-move*: the move advantage's scale")
     parser.add_argument("--second-seat", type=float, default=0.5,
                         help="share of training groups with the policy in the second seat (game.seat_weights)")
     parser.add_argument("--start-keep", type=float, default=1.0, help="start logit of the moves keeping the value")
@@ -231,7 +377,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--eval-games", type=int, default=400)
     parser.add_argument("--out", type=Path, help="every record as JSON")
     parser.add_argument("--plot", type=Path, help="the curves as PNG")
+    parser.add_argument("--join", type=Path, nargs="+", help="train nothing: join these --out files (seeds "
+                        "concatenated per variant), print them, write --out and --plot")
     args = parser.parse_args(argv)
+    if args.join:
+        results, settings = join(args.join)
+        for variant, runs in results.items():
+            print_curves(variant, runs, int(settings["eval_games"]))
+        print(final_table(results))
+        _save(results, settings, args.out, args.plot)
+        return 0
     variants = [v for v in args.variants.split(",") if v]
     unknown = [v for v in variants if v not in VARIANTS]
     if unknown or not variants:
@@ -241,23 +396,25 @@ def main(argv: list[str] | None = None) -> int:
     started, results = time.perf_counter(), {}
     for variant in variants:
         runs = [train(variant, args.steps, seed, args.lr, args.beta, args.groups, args.move_credit, args.start_keep,
-                      args.start_noise, args.every, args.eval_games, args.second_seat) for seed in range(args.seeds)]
+                      args.start_noise, args.every, args.eval_games, args.second_seat)
+                for seed in range(args.first_seed, args.first_seed + args.seeds)]
         results[variant] = runs
-        for i, record in enumerate(runs[0]):
-            wins = [100 * run[i]["win"]["rate"] for run in runs]
-            kept = [100 * run[i]["kept"] for run in runs]
-            losses = [run[i]["second_seat"]["loss"] for run in runs]
-            print(f"{variant:9s} step {record['step']:3d} | wins vs random {np.mean(wins):5.1f} "
-                  f"[{min(wins):.1f}, {max(wins):.1f}] | kept {np.mean(kept):5.1f} | second-seat losses "
-                  f"{'/'.join(map(str, losses))} of {args.eval_games // 2}", flush=True)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "results": results}))
-    if args.plot:
-        plot(results, args.plot, f"tabular GRPO on tic_tac_toe vs random:0.5,mcts:50:0.5 (Adam lr {args.lr}, KL "
-             f"{args.beta}, {args.groups} groups x 8 a step, {args.seeds} seeds)")
+        print_curves(variant, runs, args.eval_games)
+    print(final_table(results))
+    _save(results, {k: str(v) for k, v in vars(args).items()}, args.out, args.plot)
     print(f"{time.perf_counter() - started:.0f} s")
     return 0
+
+
+def _save(results: dict[str, list[list[dict]]], settings: dict[str, str], out: Path | None, png: Path | None) -> None:
+    """Every record as JSON (with the run's arguments) to ``out`` and the curves to ``png``, each where given."""
+    if out:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps({"args": settings, "results": results}))
+    if png:
+        seeds = len(next(iter(results.values())))
+        plot(results, png, f"tabular GRPO on tic_tac_toe vs random:0.5,mcts:50:0.5 (Adam lr {settings['lr']}, KL "
+             f"{settings['beta']}, {settings['groups']} groups x 8 a step, {seeds} seeds)")
 
 
 if __name__ == "__main__":
