@@ -55,7 +55,7 @@ from verl_ext.envs.episode import parse_opponent
 from verl_ext.envs.exact_values import best_actions
 from verl_ext.envs.tactics import one_ply, tactic_flags
 from verl_ext.evaluation.stats import proportion
-from verl_ext.games.match import Match, MatchRules
+from verl_ext.games.match import Match, MatchRules, credit_target_met
 from verl_ext.games.scoring import score_game
 from verl_ext.seeding import stable_seed
 
@@ -119,9 +119,8 @@ def tactic_moves(state) -> np.ndarray:
     tactics = one_ply(CASE, state.serialize())
     out = np.zeros(CELLS, dtype=bool)
     for action in state.legal_actions():
-        flags = tactic_flags(tactics, action)
-        out[action] = (not flags["win_chance"] or bool(flags["win_taken"])) and (
-            not flags["block_chance"] or bool(flags["blocked"]))
+        # the agent loop's own rule (reply_values), asked as if the move kept the value: the tactic part alone
+        out[action] = credit_target_met(True, tactic_flags(tactics, action))
     return out
 
 
