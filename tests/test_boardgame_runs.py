@@ -363,10 +363,12 @@ def test_the_no_kl_arm_is_the_tactics_arm_without_the_kl_anchor(tmp_path):
     assert configs[0] == configs[1]
 
 
-@pytest.mark.parametrize("run, weight", [("bycase-tactics-credit-grpo100", 1.0), ("bycase-tactics-credit2-grpo100", 2.0)])
+@pytest.mark.parametrize("run, weight", [("bycase-tactics-credit-grpo100", 1.0), ("bycase-tactics-credit2-grpo100", 2.0),
+                                         ("bycase-tactics-credit-tactic-grpo100", 1.0)])
 def test_the_credit_arms_are_the_tactics_arm_with_credit_per_move_in_tic_tac_toe(tmp_path, run, weight):
-    """smollm2-boardgames-bycase-tactics-credit(2)-grpo100.env: the tactics arm with game.move_credit 1.0 (2.0) and
-    nothing else changed; the run loads the patch that turns the records' reply values into advantages."""
+    """smollm2-boardgames-bycase-tactics-credit(2, -tactic)-grpo100.env: the tactics arm with game.move_credit 1.0
+    (2.0) and nothing else changed (the tactic arm differs from the 1.0 arm by the code's credit target only); the run
+    loads the patch that turns the records' reply values into advantages."""
     stages = {name: dry_run(tmp_path, name, run_dir="same")["grpo"][0] for name in ("bycase-tactics-grpo100", run)}
     arms = {name: compose("ppo_trainer", overrides_of(argv)) for name, argv in stages.items()}
     credit = arms[run]
