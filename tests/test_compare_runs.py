@@ -106,3 +106,22 @@ def test_a_mixed_runs_two_sources_are_told_apart(tmp_path: Path, capsys: pytest.
                   "--val", "openspiel-game/tic_tac_toe"])
     plotted = json.loads(out.with_suffix(".json").read_text())["held-out openspiel-game/tic_tac_toe (greedy)"]
     assert plotted == {"mix": [[0, 0.55], [20, 0.63]], "games": [[0, 0.6]]}
+
+
+def test_a_run_keeps_its_colour_in_a_panel_where_an_earlier_run_has_no_points(tmp_path: Path, monkeypatch) -> None:
+    from matplotlib.axes import Axes
+
+    drawn: list[tuple[str, str]] = []
+    plot = Axes.plot
+
+    def recording_plot(self, *args, **kwargs):
+        drawn.append((kwargs.get("label"), kwargs.get("color")))
+        return plot(self, *args, **kwargs)
+
+    monkeypatch.setattr(Axes, "plot", recording_plot)
+    a = write_metrics(tmp_path / "a.metrics.jsonl", [0.11, 0.10], {})
+    b = write_metrics(tmp_path / "b.metrics.jsonl", [0.12, 0.05], {0: 0.18})
+    compare.main(["--out", str(tmp_path / "c.png"), "--run", f"first={a}", "--run", f"second={b}",
+                  "--keys", "actor/entropy", "--val", "hanabi"])
+    # the validation panel has the second run only: it is drawn in the second run's colour, not the first's
+    assert drawn == [("first", "C0"), ("second", "C1"), ("second", "C1")]

@@ -131,6 +131,8 @@ def main(argv: list[str] | None = None) -> None:
     for spare in axes[count:]:
         spare.set_visible(False)
     plotted: dict[str, dict[str, object]] = {}
+    # one colour per run across panels, also in a panel where an earlier run has no points
+    colours = {name: f"C{index % 10}" for index, name in enumerate(dict.fromkeys([*runs, *curves]))}
     for ax, (title, key) in zip(axes, panels):
         is_val = key in args.val.split(",")
         for name, metrics in runs.items():
@@ -141,7 +143,7 @@ def main(argv: list[str] | None = None) -> None:
             points = series(metrics, metric) if metric else []
             if points:
                 steps, values = zip(*points)
-                ax.plot(steps, values, marker="o" if is_val else None, label=name)
+                ax.plot(steps, values, marker="o" if is_val else None, label=name, color=colours[name])
             plotted.setdefault(title, {})[name] = points
         ax.set_title(title, fontsize=10)
         ax.set_xlabel("step")
@@ -153,7 +155,7 @@ def main(argv: list[str] | None = None) -> None:
             points = curve.get(case, [])
             if points:
                 steps, values = zip(*points)
-                ax.plot(steps, values, marker="o", label=name)
+                ax.plot(steps, values, marker="o", label=name, color=colours[name])
             plotted.setdefault(title, {})[name] = points
         if case in uniform:
             ax.axhline(uniform[case], color="grey", linestyle="--", label=f"uniform random ({uniform[case]:.3f})")
