@@ -31,6 +31,15 @@ def to_plain(value: Any) -> Any:
     return value
 
 
+def config_at(config: Any, *keys: str) -> Any:
+    """The node at ``keys`` under ``config`` (a mapping, OmegaConf's DictConfig included, or an object with those
+    attributes, such as a trainer's config); None where a key is absent."""
+    node = config
+    for key in keys:
+        node = node.get(key) if isinstance(node, Mapping) else getattr(node, key, None)
+    return node
+
+
 def _check_type(where: str, key: str, value: Any, annotation: Any) -> Any:
     """Coerce simple scalars (ints given as strings by a shell, etc.) and reject wrong types."""
     origin = typing.get_origin(annotation)

@@ -6,9 +6,9 @@ per reply, whether it kept the position's value under best play and played the o
 (``GameRecord.reply_values``, ``games.match.credit_target_met``); a tabular model of the runs' training put credit
 per move ~2 points of wins against random above whole-game credit at step 100
 (docs/runs/2026-11-29-cpu-board-credit-model/). On the GPU the value alone taught the value (arena 74.3 -> 85.1 %)
-but not more wins (docs/runs/2026-11-29-h200x2-boardgames-credit-100/). Each reply of a row whose record carries ``move_credit`` w > 0 gets
-``w * (v - mean) / (std + 1e-6)`` added to its tokens' advantage, the mean and std (ddof 1) over the reply values
-of the row's GRPO group (the rows of one uid); a group whose replies all agree gets nothing.
+but not more wins (docs/runs/2026-11-29-h200x2-boardgames-credit-100/). Each reply of a row whose record carries
+``move_credit`` w > 0 gets ``w * (v - mean) / (std + 1e-6)`` added to its tokens' advantage, the mean and std (ddof
+1) over the reply values of the row's GRPO group (the rows of one uid); a group whose replies all agree gets nothing.
 
 Where: verl 0.9.1's v1 trainer computes advantages in ``PPOTrainer._compute_advantage``
 (trainer/ppo/v1/trainer_base.py): it reads a few fields from TransferQueue (not the game records), calls
@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from verl_ext.envs.config import from_mapping, to_plain
+from verl_ext.envs.config import config_at, from_mapping, to_plain
 from verl_ext.envs.game_settings import MAX_MOVE_CREDIT, GameSettings
 from verl_ext.games import RECORD_FIELD
 from verl_ext.patches.import_hook import after_import
@@ -89,23 +89,11 @@ class CreditConfig:
         return line + "".join(f"; not read: {problem}" for problem in self.unreadable)
 
 
-def _child(node: Any, key: str) -> Any:
-    """``node[key]`` of a mapping (OmegaConf's DictConfig is one) or ``node.key``; None where absent."""
-    if isinstance(node, Mapping):
-        return node.get(key)
-    return getattr(node, key, None)
-
-
-def _game_credit(game: Any, where: str) -> float:
-    """``move_credit`` of one env's ``game`` section, parsed and validated as the env does (``GameSettings``)."""
-    return from_mapping(GameSettings, game, where).move_credit
-
-
 def credit_config(config: Any) -> CreditConfig:
     """The envs under ``config.data.env`` whose ``game.move_credit`` is above 0; none where the section is absent,
     not a mapping, or (said in ``unreadable``) refused by the env's own parse."""
     try:
-        section = to_plain(_child(_child(config, "data"), "env"))
+        section = to_plain(config_at(config, "data", "env"))
     except Exception as err:  # noqa: BLE001 - e.g. an interpolation that does not resolve: no credit, said so
         return CreditConfig({}, (f"data.env: {err}",))
     if not isinstance(section, Mapping):
@@ -116,8 +104,8 @@ def credit_config(config: Any) -> CreditConfig:
         game = settings.get("game") if isinstance(settings, Mapping) else None
         if game is None:
             continue
-        try:
-            weight = _game_credit(game, f"data.env.{name}.game")
+        try:  # parsed and validated as the env parses its game section
+            weight = from_mapping(GameSettings, game, f"data.env.{name}.game").move_credit
         except Exception as err:  # noqa: BLE001 - the dataset refuses such a config; here it only means no credit
             unreadable.append(str(err))
             continue
