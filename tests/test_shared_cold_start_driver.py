@@ -4,6 +4,7 @@ which GPU, and that a run is packed after every stage (a machine that goes back 
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import subprocess
@@ -36,6 +37,7 @@ for stage in "${stages[@]}"; do
           # SLOW_GRPO=<run>: its trainer saves a checkpoint and runs on, as verl's does (stopped only by a cut)
           if [[ "${SLOW_GRPO:-}" == "$(basename "$RUN_DIR")" ]]; then
             mkdir -p "$RUN_DIR/grpo" && echo 5 > "$RUN_DIR/grpo/latest_checkpointed_iteration.txt"
+            echo '{"step": 5}' >> "$RUN_DIR/logs/grpo-1.metrics.jsonl"  # step 5 validated and logged
             python3 -c 'import time; time.sleep(90)' "trainer.default_local_dir=$RUN_DIR/grpo"
           fi ;;
     merge) mkdir -p "$RUN_DIR/grpo_hf"
@@ -508,3 +510,52 @@ def test_cut_grpo_refuses_a_run_without_a_checkpoint_and_leaves_a_done_one_alone
     finished = subprocess.run(["bash", str(cut), str(run)], capture_output=True, text=True, check=False)
     assert finished.returncode == 0 and "nothing to cut" in finished.stdout
     assert (run / "grpo.done").read_text() == "612.0 s\n"
+
+
+def test_cut_grpo_waits_for_the_checkpoint_steps_validation_row_before_stopping_the_trainer(tmp_path):
+    """verl saves step N's checkpoint before it validates and logs step N: the cut waits for step N's row in the
+    run's metrics file (the held-out pass of the last step is kept), at most CUT_LOG_WAIT_S seconds, and not at
+    all once the trainer has gone."""
+    cut = REPO / "bench" / "learning" / "cut_grpo.sh"
+
+    def run_with_trainer(name: str, log_steps_after_s: float | None, trainer_lives: bool = True, **env: str):
+        run = tmp_path / name
+        (run / "grpo").mkdir(parents=True)
+        (run / "logs").mkdir()
+        (run / "grpo" / "latest_checkpointed_iteration.txt").write_text("60\n")
+        metrics = run / "logs" / "grpo-20261129-211534.metrics.jsonl"
+        metrics.write_text("".join(f'{{"step":{s},"data":{{}}}}\n' for s in (6, 59)))
+        trainer = subprocess.Popen(["python3", "-c", "import time; time.sleep(60)",
+                                    f"trainer.default_local_dir={run}/grpo"]) if trainer_lives else None
+        writer = None
+        if log_steps_after_s is not None:
+            writer = subprocess.Popen(["bash", "-c", f'sleep {log_steps_after_s}; echo \'{{"step":60,"data":{{}}}}\''
+                                       f' >> "{metrics}"'])
+        started = time.monotonic()
+        done = subprocess.run(["bash", str(cut), str(run), "test"], capture_output=True, text=True, check=False,
+                              env={**os.environ, **env})
+        took = time.monotonic() - started
+        for proc in (trainer, writer):
+            if proc is not None:
+                proc.kill()
+                proc.wait()
+        return run, metrics, done, took
+
+    run, metrics, done, took = run_with_trainer("logged", 3)
+    assert done.returncode == 0, done.stderr
+    assert took >= 2.5 and _has_step_row(metrics, 60)
+    assert (run / "grpo.done").read_text().startswith("cut at step 60 (test), 20")
+    assert "stopped 1 trainer process(es)" in done.stdout and "without its validation" not in done.stderr
+
+    run, _, late, took = run_with_trainer("late", None, CUT_LOG_WAIT_S="2")
+    assert late.returncode == 0 and took < 30
+    assert "step 60 is not in" in late.stderr and "cutting without its validation" in late.stderr
+    assert (run / "grpo.done").read_text().startswith("cut at step 60 (test)")
+
+    _, _, gone, took = run_with_trainer("gone", None, trainer_lives=False)
+    assert gone.returncode == 0 and took < 10 and "no trainer process was running" in gone.stdout
+
+
+def _has_step_row(metrics: Path, step: int) -> bool:
+    """Whether the metrics file holds verl's row for this step."""
+    return any(json.loads(line)["step"] == step for line in metrics.read_text().splitlines())

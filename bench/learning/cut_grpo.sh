@@ -25,9 +25,28 @@ if [[ ! -s "$tracker" ]]; then
   exit 1
 fi
 step="$(tr -d '[:space:]' < "$tracker")"
+# verl 0.9.1 saves a step's checkpoint before it validates and logs that step (RayPPOTrainer.fit: _save_checkpoint,
+# then _validate, then logger.log): a cut as soon as the checkpoint exists loses the step's held-out pass (on
+# 2026-11-29 a run cut at step 60 kept no validation after step 40, though validating took ~7 s). So wait, at most
+# CUT_LOG_WAIT_S seconds (default 120) and while the trainer lives, for the step's row in the run's newest metrics
+# file; without such a file, cut at once.
+pattern="default_local_dir=${run_dir}/grpo( |\$)"
+metrics="$( (compgen -G "$run_dir/logs/grpo-*.metrics.jsonl" || true) | xargs -r ls -t | head -n 1)"
+: "${CUT_LOG_WAIT_S:=120}"
+if [[ -n "$metrics" ]]; then
+  waited=0
+  until grep -Eq "^\{\"step\": ?${step}[,}]" "$metrics" || [[ -z "$(live_matches "$pattern")" ]]; do
+    if (( waited >= CUT_LOG_WAIT_S )); then
+      echo "cut_grpo: $run_dir: step $step is not in $metrics after $waited s (CUT_LOG_WAIT_S); cutting without its" \
+        "validation" >&2
+      break
+    fi
+    sleep 2
+    waited=$(( waited + 2 ))
+  done
+fi
 # first the marker: the recipe's failed stage then counts as done, and the driver goes on with the run's stages
 echo "cut at step $step ($reason), $(date -u +%Y-%m-%dT%H:%M:%SZ)" > "$run_dir/grpo.done"
-pattern="default_local_dir=${run_dir}/grpo( |\$)"
 mapfile -t pids < <(pgrep -f -- "$pattern" || true)
 if (( ${#pids[@]} == 0 )); then
   echo "cut_grpo: $run_dir: marked done at step $step; no trainer process was running"
