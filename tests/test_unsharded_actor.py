@@ -2,10 +2,11 @@
 
 The engine tests build the actor the way verl 0.9.1 does on one gloo CPU rank (a tiny Qwen2 under ``torch_varlen``
 with verl's padding-free monkey patch, activation checkpointing, PEFT LoRA, then ``FSDPEngine._build_fsdp_module``
-with the smoke run's config), once through verl's FSDP2 build and once through the patched build, and compare what
-verl's own engine methods compute with each: ``forward_backward_batch`` with ``ppo_loss`` (micro batches
-accumulated), ``optimizer_step`` (clipping, AdamW), the forward-only log-prob pass, the merged weights the rollout
-gets, and checkpoints written by verl's ``FSDPCheckpointManager`` (resumed, and merged by ``merge-ppo``).
+with the smoke run's config), once through verl's FSDP2 build and then through the patched build (without and with
+``ACTOR_COMPILE=layers``'s compiled layers), and compare what verl's own engine methods compute with each:
+``forward_backward_batch`` with ``ppo_loss`` (micro batches accumulated), ``optimizer_step`` (clipping, AdamW), the
+forward-only log-prob pass, the merged weights the rollout gets, and checkpoints written by verl's
+``FSDPCheckpointManager`` (resumed, and merged by ``merge-ppo``).
 """
 
 from __future__ import annotations
@@ -37,10 +38,15 @@ ENGINE_SETUP = "SCRIPT_ENV = {'ACTOR_FSDP': 'off'}\n" + SMOKE_LORA_ACTOR + textw
     engine._uses_fsdp2_cpu_offload_policy = False
     print("PATCHED", getattr(fsdp_engine.FSDPEngine, "_verl_ext_unsharded_actor", False))
 
-    def build(plain):
+    def build(plain, compiled=True):
         model = lora_actor(bf16_base=True)
         fsdp_build = fsdp_engine.FSDPEngine._build_fsdp_module
-        engine.module = fsdp_build(engine, model) if plain else inspect.unwrap(fsdp_build)(engine, model)  # verl's
+        if not plain:
+            fsdp_build = inspect.unwrap(fsdp_build)  # verl's
+        elif not compiled and getattr(fsdp_engine.FSDPEngine, "_verl_ext_compiled_layers", False):
+            fsdp_build = fsdp_build.__wrapped__  # the plain build alone: compiled_layers wraps it (loaded after it)
+        print("BUILD", plain, compiled, os.path.basename(fsdp_build.__code__.co_filename))
+        engine.module = fsdp_build(engine, model)
         engine.optimizer = torch.optim.AdamW([p for p in engine.module.parameters() if p.requires_grad], lr=1e-2)
         return engine.module
 
@@ -58,8 +64,8 @@ ENGINE_SETUP = "SCRIPT_ENV = {'ACTOR_FSDP': 'off'}\n" + SMOKE_LORA_ACTOR + textw
 ENGINE_COMPARE = ENGINE_SETUP + textwrap.dedent("""
     from verl_ext.patches import lora_merged_sync
 
-    def run(plain):
-        module = build(plain)
+    def run(plain, compiled=True):
+        module = build(plain, compiled)
         module.train()
         steps = [train_step(seqs, lengths) for seqs, lengths in batches]
         trained = {n: full(p.detach()).clone() for n, p in module.named_parameters() if p.requires_grad}
@@ -74,23 +80,29 @@ ENGINE_COMPARE = ENGINE_SETUP + textwrap.dedent("""
         sent += [(name, full(tensor)) for name, tensor in adapter.items()]
         return module, steps, trained, log_probs, sent
 
-    fsdp_module, fsdp_steps, fsdp_trained, fsdp_lp, fsdp_sent = run(plain=False)
-    module, steps, trained, log_probs, sent = run(plain=True)
-    print("TYPES", type(fsdp_module).__name__, type(module).__name__, fsdp_utils.fsdp_version(module))
-    print("DTYPES", *sorted({str(p.dtype) for p in module.parameters() if not p.requires_grad}), "|",
-          *sorted({str(p.dtype) for p in module.parameters() if p.requires_grad}))
     from peft.tuners.tuners_utils import BaseTunerLayer
-    tuners = [m for m in module.modules() if isinstance(m, BaseTunerLayer)]
-    print("INPUT_CASTS", len(tuners), sum(m.cast_input_dtype_enabled for m in tuners))
-    for (f_loss, f_grad, f_norm), (loss, grad, norm) in zip(fsdp_steps, steps):
-        print("STEP", f_loss, loss, (f_grad - grad).abs().max().item(), f_grad.abs().max().item(), f_norm, norm)
-    print("TRAINED", max((fsdp_trained[n] - trained[n]).abs().max().item() for n in trained),
-          max(t.abs().max().item() for t in trained.values()), sorted(trained) == sorted(fsdp_trained))
-    print("LOGPROB_DIFF", (fsdp_lp - log_probs).abs().max().item())
-    print("SYNC_ORDER", [n for n, _ in fsdp_sent] == [n for n, _ in sent])
-    print("SYNC_COUNT", len(sent), sum("lora_A" in n for n, _ in sent))
-    print("SYNC_DTYPES", *sorted({str(t.dtype) for _, t in sent}))
-    print("SYNC_DIFF", max((a.float() - b.float()).abs().max().item() for (_, a), (_, b) in zip(fsdp_sent, sent)))
+
+    # verl's FSDP2 build once, then the plain module without and with compiled layers, each printed under its name
+    fsdp_module, fsdp_steps, fsdp_trained, fsdp_lp, fsdp_sent = run(plain=False)
+    for name, compiled in (("plain", False), ("plain_compiled", True)):
+        module, steps, trained, log_probs, sent = run(plain=True, compiled=compiled)
+        print(f"{name}:COMPILED", sum(getattr(m, "_verl_ext_compiled_forward", False) for m in module.modules()))
+        print(f"{name}:TYPES", type(fsdp_module).__name__, type(module).__name__, fsdp_utils.fsdp_version(module))
+        print(f"{name}:DTYPES", *sorted({str(p.dtype) for p in module.parameters() if not p.requires_grad}), "|",
+              *sorted({str(p.dtype) for p in module.parameters() if p.requires_grad}))
+        tuners = [m for m in module.modules() if isinstance(m, BaseTunerLayer)]
+        print(f"{name}:INPUT_CASTS", len(tuners), sum(m.cast_input_dtype_enabled for m in tuners))
+        for (f_loss, f_grad, f_norm), (loss, grad, norm) in zip(fsdp_steps, steps):
+            print(f"{name}:STEP", f_loss, loss, (f_grad - grad).abs().max().item(), f_grad.abs().max().item(),
+                  f_norm, norm)
+        print(f"{name}:TRAINED", max((fsdp_trained[n] - trained[n]).abs().max().item() for n in trained),
+              max(t.abs().max().item() for t in trained.values()), sorted(trained) == sorted(fsdp_trained))
+        print(f"{name}:LOGPROB_DIFF", (fsdp_lp - log_probs).abs().max().item())
+        print(f"{name}:SYNC_ORDER", [n for n, _ in fsdp_sent] == [n for n, _ in sent])
+        print(f"{name}:SYNC_COUNT", len(sent), sum("lora_A" in n for n, _ in sent))
+        print(f"{name}:SYNC_DTYPES", *sorted({str(t.dtype) for _, t in sent}))
+        print(f"{name}:SYNC_DIFF",
+              max((a.float() - b.float()).abs().max().item() for (_, a), (_, b) in zip(fsdp_sent, sent)))
 """)
 
 
@@ -102,34 +114,36 @@ WITH_COMPILED_LAYERS = ("import os\nos.environ['VERL_USE_EXTERNAL_MODULES'] = "
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("setup", [ENV_SETUP, WITH_COMPILED_LAYERS], ids=["plain", "plain_compiled"])
-def test_plain_actor_computes_what_fsdp2_computes(setup):
-    script = setup + ENGINE_COMPARE + textwrap.dedent("""
-        print("COMPILED", sum(getattr(m, "_verl_ext_compiled_forward", False) for m in module.modules()))
-    """)
-    lines = printed_lines(run_on_one_rank(script, str(TESTS), timeout=600))
+def test_plain_actor_computes_what_fsdp2_computes_with_and_without_compiled_layers():
+    # one child for both plain modules: verl's set-up and FSDP2 reference are paid once
+    lines = printed_lines(run_on_one_rank(WITH_COMPILED_LAYERS + ENGINE_COMPARE, str(TESTS), timeout=600))
     assert lines["PATCHED"] == ["True"]
-    # the plain module's two decoder layers compiled (the FSDP2 run is verl's own build, eager)
-    assert lines["COMPILED"] == (["2"] if setup is WITH_COMPILED_LAYERS else ["0"])
-    fsdp_type, plain_type, version = lines["TYPES"][0].split()
-    assert fsdp_type.startswith("FSDP") and not plain_type.startswith("FSDP") and version == "0"
-    assert lines["DTYPES"] == ["torch.bfloat16 | torch.float32"]  # frozen base in the compute dtype, adapter fp32
-    # PEFT's bf16 -> fp32 input copy is off in every LoRA layer, and the numbers below are still FSDP2's
-    tuner_layers, casting = map(int, lines["INPUT_CASTS"][0].split())
-    assert tuner_layers > 0 and casting == 0
-    assert len(lines["STEP"]) == 2
-    for step in lines["STEP"]:
-        fsdp_loss, loss, grad_diff, scale, fsdp_norm, norm = map(float, step.split())
-        assert scale > 0 and loss == fsdp_loss and grad_diff == 0.0
-        assert norm == pytest.approx(fsdp_norm, rel=1e-6) and norm > 0
-    param_diff, param_scale, same_names = lines["TRAINED"][0].split()
-    assert same_names == "True" and float(param_scale) > 0 and float(param_diff) <= 1e-6 * float(param_scale)
-    assert float(lines["LOGPROB_DIFF"][0]) <= 1e-5
-    # merged bf16 weights for the rollout, then the fp32 adapter of an unmerged sync: the same names and bits
-    assert lines["SYNC_ORDER"] == ["True"]
-    count, adapters = map(int, lines["SYNC_COUNT"][0].split())
-    assert count > adapters > 0
-    assert lines["SYNC_DTYPES"] == ["torch.bfloat16 torch.float32"] and float(lines["SYNC_DIFF"][0]) == 0.0
+    # verl's own build for FSDP2, the plain module's wrap alone, then compiled_layers' wrap around it
+    assert lines["BUILD"] == ["False True transformer_impl.py", "True False unsharded_actor.py",
+                              "True True compiled_layers.py"]
+    for name in ("plain", "plain_compiled"):
+        # the plain module's two decoder layers compiled (the FSDP2 run is verl's own build, eager)
+        assert lines[f"{name}:COMPILED"] == (["2"] if name == "plain_compiled" else ["0"])
+        fsdp_type, plain_type, version = lines[f"{name}:TYPES"][0].split()
+        assert fsdp_type.startswith("FSDP") and not plain_type.startswith("FSDP") and version == "0"
+        assert lines[f"{name}:DTYPES"] == ["torch.bfloat16 | torch.float32"]  # frozen base in the compute dtype
+        # PEFT's bf16 -> fp32 input copy is off in every LoRA layer, and the numbers below are still FSDP2's
+        tuner_layers, casting = map(int, lines[f"{name}:INPUT_CASTS"][0].split())
+        assert tuner_layers > 0 and casting == 0
+        assert len(lines[f"{name}:STEP"]) == 2
+        for step in lines[f"{name}:STEP"]:
+            fsdp_loss, loss, grad_diff, scale, fsdp_norm, norm = map(float, step.split())
+            assert scale > 0 and loss == fsdp_loss and grad_diff == 0.0
+            assert norm == pytest.approx(fsdp_norm, rel=1e-6) and norm > 0
+        param_diff, param_scale, same_names = lines[f"{name}:TRAINED"][0].split()
+        assert same_names == "True" and float(param_scale) > 0 and float(param_diff) <= 1e-6 * float(param_scale)
+        assert float(lines[f"{name}:LOGPROB_DIFF"][0]) <= 1e-5
+        # merged bf16 weights for the rollout, then the fp32 adapter of an unmerged sync: the same names and bits
+        assert lines[f"{name}:SYNC_ORDER"] == ["True"]
+        count, adapters = map(int, lines[f"{name}:SYNC_COUNT"][0].split())
+        assert count > adapters > 0
+        assert lines[f"{name}:SYNC_DTYPES"] == ["torch.bfloat16 torch.float32"]
+        assert float(lines[f"{name}:SYNC_DIFF"][0]) == 0.0
 
 
 CHECKPOINTS = ENGINE_SETUP + textwrap.dedent("""
