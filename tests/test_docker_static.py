@@ -306,6 +306,7 @@ ALLOWED = {
     "COLD_START_GPUS": "bench/learning/gpu_shared_cold_start.sh: how many GPUs the shared SFT trains on, data parallel (a bench setting)",
     "GRPO_CUT_AFTER_S": "bench/learning/gpu_shared_cold_start.sh: seconds after the driver's start from which a late GRPO is cut at its checkpoint (a bench setting)",
     "CUT_LOOK_EVERY_S": "bench/learning/gpu_shared_cold_start.sh: seconds between two looks for a checkpoint to cut at (its tests shorten it)",
+    "CUT_LOG_WAIT_S": "bench/learning/cut_grpo.sh: the longest wait for the cut step's metrics row (its tests shorten it; docs/games.md)",
     "BASE_STAGES": "bench/learning/gpu_shared_cold_start.sh: recipe stages of the shared cold start (set in a run file)",
     "RUN_STAGES": "bench/learning/gpu_shared_cold_start.sh: recipe stages of one run (set in a run file)",
     "FINAL_STAGES": "bench/learning/gpu_shared_cold_start.sh: a run's stages after every run's eval (set in a run file)",
