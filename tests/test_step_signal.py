@@ -449,3 +449,12 @@ def test_replies_cut_at_the_cap_warn_after_patience_naming_the_cap():
     assert "MAX_RESPONSE_LENGTH" in lines[0]
     # no cap metrics (verl without its length metrics): no flag, no line
     assert SignalAlarm().observe(1, {"signal/group_share": 0.5}) == ([], {"signal/alarm": 0.0})
+
+
+def test_the_patch_reads_the_config_without_importing_the_envs():
+    """Every verl process loads this patch; importing ``verl_ext.envs`` there would register the env adapters and
+    import OpenSpiel only to read a config key (``verl_ext.config_path`` keeps the path walk apart)."""
+    probe = subprocess.run([sys.executable, "-c", "import sys, verl_ext.patches.step_signal; "
+                            "print(sorted(m for m in ('pyspiel', 'verl_ext.envs') if m in sys.modules))"],
+                           capture_output=True, text=True, check=True)
+    assert probe.stdout.strip() == "[]"

@@ -8,6 +8,10 @@ import typing
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
+from ..config_path import config_at
+
+__all__ = ["ConfigError", "config_at", "from_mapping", "to_plain"]
+
 C = TypeVar("C")
 
 
@@ -29,15 +33,6 @@ def to_plain(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [to_plain(v) for v in value]
     return value
-
-
-def config_at(config: Any, *keys: str) -> Any:
-    """The node at ``keys`` under ``config`` (a mapping, OmegaConf's DictConfig included, or an object with those
-    attributes, such as a trainer's config); None where a key is absent."""
-    node = config
-    for key in keys:
-        node = node.get(key) if isinstance(node, Mapping) else getattr(node, key, None)
-    return node
 
 
 def _check_type(where: str, key: str, value: Any, annotation: Any) -> Any:

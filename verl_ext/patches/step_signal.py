@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from types import ModuleType
 from typing import Any
 
+from verl_ext.config_path import config_at
 from verl_ext.group_stats import TACTIC_FIELDS, VALUE_FIELDS, Reply, step_metrics
 from verl_ext.patches.import_hook import after_import
 from verl_ext.signal_alarm import MARK, MODE_VAR, MODES, NoLearningSignal, SignalAlarm
@@ -103,10 +104,7 @@ def response_cap(trainer: Any) -> int | None:
     ``data.max_response_length``); None when the config has neither."""
     config = getattr(trainer, "config", None)
     for path in (("actor_rollout_ref", "rollout", "response_length"), ("data", "max_response_length")):
-        node: Any = config
-        for key in path:
-            node = node.get(key) if isinstance(node, Mapping) else getattr(node, key, None)
-        cap = _number(node)
+        cap = _number(config_at(config, *path))
         if cap is not None and cap > 0:
             return int(cap)
     return None
