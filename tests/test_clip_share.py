@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from bench_scripts import load_bench_script
 
 clip = load_bench_script("clip_share")

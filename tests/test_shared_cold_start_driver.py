@@ -529,8 +529,8 @@ def test_cut_grpo_waits_for_the_checkpoint_steps_validation_row_before_stopping_
                                     f"trainer.default_local_dir={run}/grpo"]) if trainer_lives else None
         writer = None
         if log_steps_after_s is not None:
-            writer = subprocess.Popen(["bash", "-c", f'sleep {log_steps_after_s}; echo \'{{"step":60,"data":{{}}}}\''
-                                       f' >> "{metrics}"'])
+            append_row = f'sleep {log_steps_after_s}; echo \'{{"step":60,"data":{{}}}}\' >> "{metrics}"'
+            writer = subprocess.Popen(["bash", "-c", append_row])
         started = time.monotonic()
         done = subprocess.run(["bash", str(cut), str(run), "test"], capture_output=True, text=True, check=False,
                               env={**os.environ, **env})

@@ -29,8 +29,8 @@ from typing import Any
 from verl_ext.config_path import config_at
 from verl_ext.group_stats import TACTIC_FIELDS, VALUE_FIELDS, Reply, step_metrics
 from verl_ext.patches.import_hook import after_import
-from verl_ext.signal_alarm import MARK, MODE_VAR, MODES, NoLearningSignal, SignalAlarm
 from verl_ext.patches.registry import apply_if_named
+from verl_ext.signal_alarm import MARK, MODE_VAR, MODES, NoLearningSignal, SignalAlarm
 
 TRAINER_MODULE = "verl.trainer.ppo.v1.trainer_base"
 FIELDS = ["uid", "rm_scores", "extra_fields", "extra_info"]
