@@ -186,11 +186,11 @@ def test_the_trainer_skips_the_pass_only_for_one_mini_batch_and_marks_that_updat
                      ["64", "True", "True"]]
     assert "UNDECIDED False" in out
     reports = [line for line in out.splitlines() if line.startswith("[verl-ext] old")]
-    assert reports == [f"{on_policy_update.SKIP_MARK} (one mini-batch, one epoch)",
+    assert reports == [f"{on_policy_update.SKIP_MARK} ({on_policy_update.SKIP_WHY})",
                        f"{on_policy_update.KEEP_MARK}: 96 samples make 2 mini-batches of 64 "
                        "(actor_rollout_ref.actor.ppo_mini_batch_size=16 x rollout.n=4): the later ones train on "
                        "older weights",
-                       f"{on_policy_update.SKIP_MARK} (one mini-batch, one epoch)"]  # printed when it changes
+                       f"{on_policy_update.SKIP_MARK} ({on_policy_update.SKIP_WHY})"]  # printed when it changes
 
 
 @pytest.mark.slow

@@ -47,6 +47,9 @@ OLD_FROM_UPDATE = "verl_ext_old_log_probs_from_update"
 ENTROPY_ESTIMATE = "actor/entropy_estimate"
 SKIP_MARK = "[verl-ext] old log-probs from the update's forward: the actor's old-log-prob pass is skipped"
 KEEP_MARK = "[verl-ext] old log-prob pass kept"
+# said with the skip: users who set DAPO's clip-higher expect it to act (docs/runs/2026-11-29-cpu-clip-share/)
+SKIP_WHY = ("one mini-batch, one epoch: the PPO ratio is 1, so no clip bound, clip_ratio_high included, cuts a "
+            "gradient")
 _PATCHED = "_verl_ext_on_policy_update"
 _DECISION = "_verl_ext_old_from_update"
 _REPORTED = "_verl_ext_old_log_prob_report"
@@ -156,7 +159,7 @@ def _report_once(trainer: Any, reason: str) -> None:
     if getattr(trainer, _REPORTED, None) == reason:
         return
     setattr(trainer, _REPORTED, reason)
-    print(f"{KEEP_MARK}: {reason}" if reason else f"{SKIP_MARK} (one mini-batch, one epoch)", flush=True)
+    print(f"{KEEP_MARK}: {reason}" if reason else f"{SKIP_MARK} ({SKIP_WHY})", flush=True)
 
 
 def patch_losses(losses: ModuleType) -> None:
