@@ -91,11 +91,12 @@ def main(argv: list[str] | None = None) -> int:
     if not rows:
         print("clip_share: none of the files logs actor/pg_clipfrac (not GRPO/PPO metrics?)", file=sys.stderr)
         return 2
-    text = "\n".join(table(rows) + [""] + summary(rows)) + "\n"
+    totals = summary(rows)
+    text = "\n".join(table(rows) + [""] + totals) + "\n"
     print(text, end="")
     if args.out is not None:
         args.out.with_suffix(".md").write_text(text)
-        args.out.with_suffix(".json").write_text(json.dumps({"runs": rows, "summary": summary(rows)}, indent=1) + "\n")
+        args.out.with_suffix(".json").write_text(json.dumps({"runs": rows, "summary": totals}, indent=1) + "\n")
     return 0
 
 

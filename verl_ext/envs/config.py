@@ -8,10 +8,6 @@ import typing
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
-from ..config_path import config_at
-
-__all__ = ["ConfigError", "config_at", "from_mapping", "to_plain"]
-
 C = TypeVar("C")
 
 

@@ -39,7 +39,8 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from verl_ext.envs.config import config_at, from_mapping, to_plain
+from verl_ext.config_path import config_at
+from verl_ext.envs.config import from_mapping, to_plain
 from verl_ext.envs.game_settings import MAX_MOVE_CREDIT, GameSettings
 from verl_ext.games import RECORD_FIELD
 from verl_ext.patches.import_hook import after_import
