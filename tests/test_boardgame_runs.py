@@ -380,3 +380,38 @@ def test_the_credit_arms_are_the_tactics_arm_with_credit_per_move_in_tic_tac_toe
     configs = [OmegaConf.to_container(cfg) for cfg in arms.values()]
     configs[1]["data"]["env"]["openspiel"]["game"].pop("move_credit")
     assert configs[0] == configs[1]
+
+
+def test_the_tic_tac_toe_arms_are_the_tactics_arm_on_one_game_raw_and_with_every_line_written_out(tmp_path):
+    """smollm2-ttt-base.env + smollm2-ttt-tactics-grpo100.env: the board-game cold start and tactics run on
+    tic_tac_toe alone (connect_four's opponents entry gone with its case); smollm2-ttt-lines-*.env: the same with
+    openspiel.board_text=lines in every stage (SFT rows, GRPO, eval) and nothing else changed."""
+    ttt_base, lines_base = RUNS / "smollm2-ttt-base.env", RUNS / "smollm2-ttt-lines-base.env"
+    raw_export = files_dry_run(tmp_path, None, base=ttt_base)["export"][0]
+    lines_export = files_dry_run(tmp_path, None, base=lines_base)["export"][0]
+    assert "openspiel.game_types=[tic_tac_toe]" in raw_export
+    at = lines_export.index("openspiel.board_text=lines")
+    assert lines_export[at - 1] == "--set" and lines_export[:at - 1] + lines_export[at + 1:] == raw_export
+    arms = {}
+    for name, base in (("ttt-tactics-grpo100", ttt_base), ("ttt-lines-tactics-grpo100", lines_base)):
+        stages = files_dry_run(tmp_path, name, base=base, spec=RUNS / f"smollm2-{name}.env", run_dir="same")
+        arms[name] = compose("ppo_trainer", overrides_of(stages["grpo"][0]))
+        assert check_ppo(arms[name], check_imports=False) == []
+        env = OmegaConf.to_container(arms[name].data.env, resolve=True)
+        assert env["openspiel"]["game_types"] == ["tic_tac_toe"] and env["openspiel"]["task_mode"] == "game"
+        settings = EnvMixture(env, where="data.env").adapters["openspiel"].game_settings
+        assert settings.tactics_weight == 0.3
+        assert settings.opponent_mixture_at("game", "tic_tac_toe").shares() == {"random": 0.5, "mcts:50": 0.5}
+    assert "openspiel.board_text=lines" in stages["eval"][0]
+    # the same run as the two-game tactics arm otherwise: lr, KL anchor, clip, batch, steps
+    two_game_stages = dry_run(tmp_path, "bycase-tactics-grpo100", run_dir="same")
+    two_games = compose("ppo_trainer", overrides_of(two_game_stages["grpo"][0]))
+    raw = arms["ttt-tactics-grpo100"]
+    for key in ("actor_rollout_ref.actor.optim.lr", "actor_rollout_ref.actor.kl_loss_coef",
+                "actor_rollout_ref.actor.clip_ratio_high", "data.train_batch_size", "actor_rollout_ref.rollout.n",
+                "trainer.total_training_steps"):
+        assert OmegaConf.select(raw, key) == OmegaConf.select(two_games, key), key
+    configs = [OmegaConf.to_container(cfg) for cfg in arms.values()]
+    assert configs[1]["data"]["env"]["openspiel"].pop("board_text") == "lines"
+    configs[0]["data"]["env"]["openspiel"].pop("board_text", None)
+    assert configs[0] == configs[1]
