@@ -59,6 +59,22 @@ def test_the_report_counts_kept_and_lost_turns_by_seat_and_move(tmp_path):
     assert "| 1-40 | 1 | 4 | 2 | 1 (50 %) | 0 | 1 | 0 |" in out.with_suffix(".md").read_text()
 
 
+def test_boards_drawn_in_every_board_text_style_are_read(tmp_path):
+    """openspiel.board_text grid / columns / lines (the lines arm's prompts, docs/runs/2026-11-30-h200x2-ttt-lines/):
+    the shared reader gives back the raw rows, and the report counts those turns as it counts raw ones."""
+    from verl_ext.envs.board_text import render_board
+
+    board = ["x..", "xo.", "..."]
+    for style in ("raw", "grid", "columns", "lines"):
+        drawn = render_board("\n".join(board), style, "tic_tac_toe")
+        reply = "<answer>o(1,1)</answer>" + _turn(1, 4, drawn.splitlines(), "<answer>o(0,1)</answer>")
+        assert value_turns.turns_of(reply) == [(board, 1, 1)], style
+        out = tmp_path / f"value_turns_{style}"
+        assert value_turns.main([str(_log(tmp_path, [reply])), "--out", str(out)]) == 0
+        assert json.loads(out.with_suffix(".json").read_text())[0]["missed a block"] == 1, style
+    assert value_turns.turns_of("<answer>o(1,1)</answer>" + _turn(1, 4, ["no board"], "<answer>o(0,1)</answer>")) == []
+
+
 def test_a_log_without_tic_tac_toe_texts_says_so(tmp_path, capsys):
     assert value_turns.main([str(_log(tmp_path, []))]) == 1
     assert "no kept tic_tac_toe training reply" in capsys.readouterr().out

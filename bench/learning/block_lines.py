@@ -30,32 +30,27 @@ from pathlib import Path
 from typing import Any
 
 import pyspiel
+
+# beside this script
+from game_log_report import board_rows as shown_board
+from game_log_report import report_main, shown_turns, training_games, window_start
+from win_lines import lines_through
+
 from verl_ext.envs.board_text import LINE_LENGTHS
 from verl_ext.envs.openspiel_rules import load_game
 from verl_ext.envs.tactics import one_ply
-
-from game_log_report import report_main, shown_turns, training_games, window_start  # beside this script
-from win_lines import lines_through
 
 CASE = "connect_four"
 ROWS, COLUMNS = 6, 7
 MARKS = ("x", "o")  # player 0, player 1 in OpenSpiel's board text
 LINES = ("vertical", "horizontal", "diagonal", "several")
-_BOARD = re.compile(r"Current state:\n((?:[.xo]{7}\n){6})")
-# openspiel.board_text grid, columns or lines (verl_ext/envs/board_text.py): a column header, then each row numbered
-# with spaced cells; the column and diagonal lines below it repeat the same cells
-_GRID_BOARD = re.compile(r"Current state:\n +0 1 2 3 4 5 6\n((?:\d(?: [.xo]){7}\n){6})")
 
 
 def board_rows(message: str) -> list[str] | None:
-    """The board's rows (top first, OpenSpiel's unspaced cells) in a prompt drawn raw or as a numbered grid."""
-    raw = _BOARD.search(message)
-    if raw:
-        return raw.group(1).splitlines()
-    grid = _GRID_BOARD.search(message)
-    if grid:
-        return [line[1:].replace(" ", "") for line in grid.group(1).splitlines()]
-    return None
+    """The connect_four board's rows (top first, OpenSpiel's unspaced cells) in a prompt drawn raw or as a grid."""
+    return shown_board(message, ROWS, COLUMNS)
+
+
 _ANSWER = re.compile(r"<answer>\s*x?o?(\d)\s*</answer>")
 
 

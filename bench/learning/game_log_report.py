@@ -1,6 +1,6 @@
 """What the whole-game reports of a sample log share (ending_pay.py, tactic_pay.py, block_lines.py, value_turns.py):
-reading its training game rows, the turns a kept game text shows, the step window a row falls in, and the command
-line that prints a table per window and writes it as OUT.json and OUT.md."""
+reading its training game rows, the turns a kept game text shows, the board a turn's prompt shows, the step window a
+row falls in, and the command line that prints a table per window and writes it as OUT.json and OUT.md."""
 
 from __future__ import annotations
 
@@ -43,6 +43,21 @@ def shown_turns(reply: str) -> Iterator[tuple[str, int, str | None]]:
             continue
         answer_part = message.split("\nassistant\n", 1)
         yield message, seat, answer_part[1] if len(answer_part) == 2 else None
+
+
+def board_rows(message: str, rows: int, columns: int) -> list[str] | None:
+    """The ``rows`` x ``columns`` board a prompt shows after "Current state:" (rows top first, OpenSpiel's unspaced
+    cells of x, o and .), whether drawn raw or, with ``openspiel.board_text`` grid / columns / lines
+    (verl_ext/envs/board_text.py), as a numbered grid of spaced cells (the column and diagonal lines below the grid
+    repeat its cells); None when the prompt shows no such board."""
+    raw = re.search(rf"Current state:\n((?:[.xo]{{{columns}}}\n){{{rows}}})", message)
+    if raw:
+        return raw.group(1).splitlines()
+    header = " ".join(str(column) for column in range(columns))
+    grid = re.search(rf"Current state:\n +{header}\n((?:\d(?: [.xo]){{{columns}}}\n){{{rows}}})", message)
+    if grid:
+        return [line[1:].replace(" ", "") for line in grid.group(1).splitlines()]
+    return None
 
 
 def window_start(row: dict[str, Any], window: int) -> int:

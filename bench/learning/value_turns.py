@@ -22,17 +22,17 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
+# beside this script
+from game_log_report import board_rows, report_main, shown_turns, training_games, window_start
+
 from verl_ext.envs.exact_values import best_actions
 from verl_ext.envs.openspiel_rules import load_game
 from verl_ext.envs.tactics import one_ply
-
-from game_log_report import report_main, shown_turns, training_games, window_start  # beside this script
 
 CASE = "tic_tac_toe"
 MARKS = ("x", "o")  # player 0, player 1 in OpenSpiel's board text
 KINDS = ("left a win", "missed a block", "positional")
 TOP_POSITIONAL = 3  # the positional losses listed per row
-_BOARD = re.compile(r"Current state:\n((?:[.xo]{3}\n){3})")
 _ANSWER = re.compile(r"<answer>\s*[xo]\((\d),\s*(\d)\)\s*</answer>")
 
 
@@ -54,12 +54,12 @@ def turns_of(reply: str) -> list[tuple[list[str], int, int | None]]:
     was not followed by a rejection."""
     turns = []
     for message, seat, answer_text in shown_turns(reply):
-        board = _BOARD.search(message)
+        board = board_rows(message, 3, 3)
         if not board:
             continue
         answer = _ANSWER.search(answer_text) if answer_text is not None else None
         cell = int(answer.group(1)) * 3 + int(answer.group(2)) if answer else None
-        turns.append((board.group(1).splitlines(), seat, cell))
+        turns.append((board, seat, cell))
     return turns
 
 
