@@ -415,3 +415,23 @@ def test_the_tic_tac_toe_arms_are_the_tactics_arm_on_one_game_raw_and_with_every
     assert configs[1]["data"]["env"]["openspiel"].pop("board_text") == "lines"
     configs[0]["data"]["env"]["openspiel"].pop("board_text", None)
     assert configs[0] == configs[1]
+
+
+def test_the_fitted_tic_tac_toe_cold_start_differs_from_its_control_only_in_sft_steps(tmp_path):
+    """smollm2-ttt-fit-base.env: the tic_tac_toe cold start with batches of 32 rows and 4 epochs (300 optimizer steps
+    instead of 36); the same rows, lr and length; its GRPO run file is the control's."""
+    control = files_dry_run(tmp_path, None, base=RUNS / "smollm2-ttt-base.env")
+    fitted = files_dry_run(tmp_path, None, base=RUNS / "smollm2-ttt-fit-base.env")
+    assert fitted["export"] == control["export"]
+    configs = [compose("sft_trainer_engine", overrides_of(stages["sft"][0])) for stages in (control, fitted)]
+    assert (configs[1].data.train_batch_size, configs[1].trainer.total_epochs) == (32, 4)
+    assert (configs[0].data.train_batch_size, configs[0].trainer.total_epochs) == (128, 2)
+    plain = [OmegaConf.to_container(cfg) for cfg in configs]
+    for config in plain:
+        config["data"].pop("train_batch_size")
+        config["trainer"].pop("total_epochs")
+    assert plain[0] == plain[1]
+    runs = [files_dry_run(tmp_path, name, base=base, spec=RUNS / f"smollm2-{name}.env", run_dir="same")["grpo"][0]
+            for name, base in (("ttt-tactics-grpo100", RUNS / "smollm2-ttt-base.env"),
+                               ("ttt-fit-tactics-grpo100", RUNS / "smollm2-ttt-fit-base.env"))]
+    assert runs[0] == runs[1]
