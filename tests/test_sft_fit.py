@@ -93,3 +93,27 @@ def test_a_model_that_fitted_its_rows_agrees_with_the_teacher_in_sample(tmp_path
     assert results["single rows"]["took the win"]["rate"] == 1.0
     assert results["held-out"]["positions"] == 8 and results["held-out"]["available"] == 16
     assert "| single rows | 1 | 100.0 [" in out.with_suffix(".md").read_text()
+
+
+C4 = pyspiel.load_game("connect_four")
+C4_ADAPTER = EnvMixture({"openspiel": {"game_types": ["connect_four"]}}, where="env").adapters["openspiel"]
+
+
+def test_connect_four_positions_are_rebuilt_and_rated_without_an_exact_value(tmp_path):
+    """x has three in column 0 and moves: column 0 wins at once. The board comes back from the prompt (any move
+    order reaching it), the teacher's column is read through the env's move matching, and no exact value is rated
+    (a connect_four tree cannot be searched to its end)."""
+    state = C4.new_initial_state()
+    for column in (0, 1, 0, 1, 0, 2):
+        state.apply_action(column)
+    player = state.current_player()
+    row = [{"role": "user", "content": C4_ADAPTER.position_prompt("connect_four", state)},
+           {"role": "assistant", "content": f"<answer>{state.action_to_string(player, 0)}</answer>"}]
+    groups = sft_fit.rows_positions(write_rows(tmp_path / "rows.parquet", [row]), "connect_four")
+    (position,) = groups["single rows"].values()
+    rebuilt = C4.deserialize_state(position.state)
+    assert str(rebuilt) == str(state) and rebuilt.current_player() == player and position.teacher == 0
+    rates = sft_fit.tally([position], [3], "connect_four")
+    assert (rates["took the win"]["n"], rates["took the win"]["of"], rates["teacher took the win"]["n"]) == (0, 1, 1)
+    assert rates["kept the value"]["of"] == 0 and rates["kept the value"]["rate"] is None
+    assert "| - |" in sft_fit.markdown({"single rows": rates})

@@ -1,4 +1,4 @@
-"""Did a cold start learn its teacher's tic_tac_toe moves, and do they carry to positions it never saw?
+"""Did a cold start learn its teacher's moves (tic_tac_toe, connect_four), and do they carry to positions it never saw?
 
 The board-game cold starts imitate the engine (MCTS(300)), whose moves keep tic_tac_toe's exact value in ~95 % of
 their turns, yet the cold starts keep it in ~65 % of theirs in the arena and block threats at a random mover's rate
@@ -7,17 +7,19 @@ but only those positions) call for different cold starts: more epochs or a highe
 other rows. This script tells them apart without a GPU:
 
 - it reads the SFT rows of the run (``verl-ext export --format sft``, deterministic: rebuild them on the CPU with the
-  recipe's export command, e.g. ``recipe.sh --dry-run export``), and collects every tic_tac_toe position they show with
-  the teacher's answer: the single-move rows (the prompt trained on) and each turn of the whole-game rows;
+  recipe's export command, e.g. ``recipe.sh --dry-run export``, and the code the cold start was made with), and
+  collects every position of ``--case`` they show with the teacher's answer: the single-move rows (the prompt trained
+  on) and each turn of the whole-game rows;
 - it asks the model (greedy, the transformers backend of ``verl-ext eval``) for a move in up to ``--per-group``
   positions of each group, as a single-move prompt (``OpenSpielAdapter.position_prompt``), and in the run's held-out
   positions (never trained on);
 - per group: the share of answers equal to the teacher's, that kept the exact value (OpenSpiel's alpha-beta search,
-  ``verl_ext/envs/exact_values.py``), that took a win on the board, that blocked a threat (``envs/tactics.one_ply``),
-  with 95 % Wilson intervals, beside the teacher's own rates on the same positions.
+  ``verl_ext/envs/exact_values.py``; tic_tac_toe only, a connect_four tree is too large), that took a win on the
+  board, that blocked a threat (``envs/tactics.one_ply``), with 95 % Wilson intervals, beside the teacher's own rates
+  on the same positions.
 
-    python bench/learning/sft_fit.py --model /tmp/bgcold/sft_hf --rows sft_train.parquet [--per-group 200] \\
-        [--held-out-share 0.2 --val-tasks 256 --tasks 2400] [--out docs/runs/X/sft_fit]
+    python bench/learning/sft_fit.py --model /tmp/bgcold/sft_hf --rows sft_train.parquet [--case connect_four] \\
+        [--per-group 200] [--held-out-share 0.2 --val-tasks 256 --tasks 2400] [--out docs/runs/X/sft_fit]
 """
 
 from __future__ import annotations
@@ -35,21 +37,22 @@ from typing import Any
 import pyarrow.parquet as pq
 
 # beside this script
+from block_lines import history_of
 from game_log_report import board_rows
 from value_turns import state_of
 
-from verl_ext.envs.exact_values import best_actions
-from verl_ext.envs.openspiel_rules import load_game
+from verl_ext.envs.exact_values import best_actions, exact_problem_of
+from verl_ext.envs.openspiel_rules import legal_move_actions, load_game, match_move
 from verl_ext.envs.tactics import one_ply
 from verl_ext.evaluation.backends import GenerationSettings, TransformersBackend
 from verl_ext.evaluation.single_move import heldout_tasks
 from verl_ext.evaluation.stats import wilson_interval
 from verl_ext.mixture import EnvMixture
 
-CASE = "tic_tac_toe"
 GROUPS = ("single rows", "game turns only", "held-out")
+BOARDS = {"tic_tac_toe": (3, 3), "connect_four": (6, 7)}  # rows, columns of the board a prompt shows
 _SEAT = re.compile(r"as player (\d) of 2")
-_ANSWER = re.compile(r"<answer>\s*([xo]\(\d,\s*\d\))\s*</answer>")
+_ANSWER = re.compile(r"<answer>\s*(.*?)\s*</answer>", re.DOTALL)
 
 
 @dataclass(frozen=True)
@@ -61,16 +64,32 @@ class Position:
 
 
 def action_of(state: Any, move: str | None) -> int | None:
-    """The legal action whose text is ``move`` (spaces ignored), else None."""
+    """The legal action that ``move`` names as the env matches a reply's answer (``match_move``), else None."""
     if move is None:
         return None
-    wanted = move.replace(" ", "")
-    player = state.current_player()
-    return next((a for a in state.legal_actions(player) if state.action_to_string(player, a) == wanted), None)
+    moves = legal_move_actions(state)
+    named = match_move(moves, move.strip())
+    return moves[named] if named is not None else None
 
 
-def rows_positions(path: Path) -> dict[str, dict[str, Position]]:
-    """{"single rows" | "game turns only": {board key: Position}} from an SFT parquet's tic_tac_toe rows: a row of
+def state_from_board(case: str, board: list[str], seat: int) -> Any:
+    """The OpenSpiel state of ``case`` with ``board`` (rows top first) and ``seat`` to move, or None when no game
+    reaches it (any move order serves: the teacher and the tactics depend on the board alone)."""
+    if case == "tic_tac_toe":
+        return state_of(board, seat)
+    order = history_of(board, seat)
+    if order is None:
+        return None
+    state = load_game(case).new_initial_state()
+    for column in order:
+        if state.is_terminal():
+            return None
+        state.apply_action(column)
+    return None if state.is_terminal() or state.current_player() != seat else state
+
+
+def rows_positions(path: Path, case: str = "tic_tac_toe") -> dict[str, dict[str, Position]]:
+    """{"single rows" | "game turns only": {board key: Position}} from an SFT parquet's rows of ``case``: a row of
     one user turn is a single-move row; every user turn of a longer row is a game turn. A position shown both ways
     counts as a single row (its exact prompt was trained on)."""
     found: dict[str, dict[str, Position]] = {"single rows": {}, "game turns only": {}}
@@ -80,10 +99,10 @@ def rows_positions(path: Path) -> dict[str, dict[str, Position]]:
         group = "single rows" if len(users) == 1 else "game turns only"
         for i in users:
             text = messages[i]["content"]
-            board, seat = board_rows(text, 3, 3), _SEAT.search(text)
+            board, seat = board_rows(text, *BOARDS[case]), _SEAT.search(text)
             if board is None or seat is None or i + 1 >= len(messages):
                 continue
-            state = state_of(board, int(seat.group(1)))
+            state = state_from_board(case, board, int(seat.group(1)))
             if state is None:
                 continue
             answer = _ANSWER.search(messages[i + 1]["content"])
@@ -95,36 +114,39 @@ def rows_positions(path: Path) -> dict[str, dict[str, Position]]:
     return found
 
 
-def held_out_positions(share: float, val_tasks: int, tasks: int) -> dict[str, Position]:
-    """The run's held-out tic_tac_toe positions (``verl-ext eval``'s single suite) with the engine's move."""
-    mixture = EnvMixture({"openspiel": {"game_types": [CASE], "seed": 0, "num_tasks_per_case": tasks},
+def held_out_positions(case: str, share: float, val_tasks: int, tasks: int) -> dict[str, Position]:
+    """The run's held-out positions of ``case`` (``verl-ext eval``'s single suite) with the engine's move."""
+    mixture = EnvMixture({"openspiel": {"game_types": [case], "seed": 0, "num_tasks_per_case": tasks},
                           "held_out_share": share, "val_tasks_per_case": val_tasks}, where="env")
     adapter = mixture.adapters["openspiel"]
     found = {}
     for task in heldout_tasks(mixture, "openspiel"):
-        state = load_game(CASE).deserialize_state(task.state)
-        move = adapter.reference_move(CASE, state, task.seed)
+        state = load_game(case).deserialize_state(task.state)
+        move = adapter.reference_move(case, state, task.seed)
         found[task.state] = Position(task.state, action_of(state, move))
     return found
 
 
-def prompt_of(adapter: Any, state_str: str) -> list[dict[str, str]]:
-    state = load_game(CASE).deserialize_state(state_str)
-    return [{"role": "user", "content": adapter.position_prompt(CASE, state)}]
+def prompt_of(adapter: Any, case: str, state_str: str) -> list[dict[str, str]]:
+    state = load_game(case).deserialize_state(state_str)
+    return [{"role": "user", "content": adapter.position_prompt(case, state)}]
 
 
-def tally(positions: list[Position], answers: list[int | None]) -> dict[str, Any]:
-    """The rates of one group, the model's and the teacher's, each with its Wilson interval."""
+def tally(positions: list[Position], answers: list[int | None], case: str = "tic_tac_toe") -> dict[str, Any]:
+    """The rates of one group, the model's and the teacher's, each with its Wilson interval (no exact value where
+    ``case`` cannot be searched to its end: those rates have no positions)."""
     counts: Counter[str] = Counter()
+    exact = exact_problem_of(case) is None
     for position, answer in zip(positions, answers):
-        state = load_game(CASE).deserialize_state(position.state)
-        best = best_actions(CASE, state)
-        tactics = one_ply(CASE, position.state)
+        tactics = one_ply(case, position.state)
         counts["positions"] += 1
         counts["legal"] += answer is not None
         counts["same as teacher"] += answer is not None and answer == position.teacher
-        counts["kept the value"] += answer in best
-        counts["teacher kept the value"] += position.teacher in best
+        if exact:
+            best = best_actions(case, load_game(case).deserialize_state(position.state))
+            counts["valued"] += 1
+            counts["kept the value"] += answer in best
+            counts["teacher kept the value"] += position.teacher in best
         if tactics is not None and tactics.win_available:
             counts["win chances"] += 1
             counts["took the win"] += answer in tactics.winning
@@ -134,8 +156,8 @@ def tally(positions: list[Position], answers: list[int | None]) -> dict[str, Any
             counts["blocked"] += answer is not None and answer not in tactics.losing
             counts["teacher blocked"] += position.teacher is not None and position.teacher not in tactics.losing
     out: dict[str, Any] = {"positions": counts["positions"]}
-    for name, base in (("legal", "positions"), ("same as teacher", "positions"), ("kept the value", "positions"),
-                       ("teacher kept the value", "positions"), ("took the win", "win chances"),
+    for name, base in (("legal", "positions"), ("same as teacher", "positions"), ("kept the value", "valued"),
+                       ("teacher kept the value", "valued"), ("took the win", "win chances"),
                        ("teacher took the win", "win chances"), ("blocked", "block chances"),
                        ("teacher blocked", "block chances")):
         low, high = wilson_interval(counts[name], counts[base]) if counts[base] else (None, None)
@@ -162,6 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", required=True, help="the cold start (a Hugging Face folder)")
     parser.add_argument("--rows", type=Path, required=True, help="the run's SFT rows (verl-ext export --format sft)")
+    parser.add_argument("--case", choices=sorted(BOARDS), default="tic_tac_toe")
     parser.add_argument("--per-group", type=int, default=200, help="positions asked per group (a seeded sample)")
     parser.add_argument("--held-out-share", type=float, default=0.2)
     parser.add_argument("--val-tasks", type=int, default=256, help="held-out positions per case (val_tasks_per_case)")
@@ -173,28 +196,28 @@ def main(argv: list[str] | None = None) -> int:
     if args.per_group <= 0:
         parser.error(f"--per-group: must be > 0, got {args.per_group}")
 
-    groups = rows_positions(args.rows)
-    groups["held-out"] = held_out_positions(args.held_out_share, args.val_tasks, args.tasks)
+    groups = rows_positions(args.rows, args.case)
+    groups["held-out"] = held_out_positions(args.case, args.held_out_share, args.val_tasks, args.tasks)
     seen = {p.state for group in ("single rows", "game turns only") for p in groups[group].values()}
     shown = sum(p.state in seen for p in groups["held-out"].values())
     if shown:  # whole games are split by seed, not by position: a held-out position can come up in a game row
         print(f"note: {shown} of {len(groups['held-out'])} held-out positions are shown in {args.rows}",
               file=sys.stderr)
     rng = random.Random(args.seed)
-    adapter = EnvMixture({"openspiel": {"game_types": [CASE]}}, where="env").adapters["openspiel"]
+    adapter = EnvMixture({"openspiel": {"game_types": [args.case]}}, where="env").adapters["openspiel"]
     backend = TransformersBackend(args.model, None, GenerationSettings(max_new_tokens=16, batch_size=args.batch_size,
                                                                        dtype="float32"))
     results: dict[str, dict[str, Any]] = {}
     for group in GROUPS:
         keys = sorted(groups[group])
         sample = [groups[group][k] for k in rng.sample(keys, min(args.per_group, len(keys)))]
-        replies = backend.generate([prompt_of(adapter, p.state) for p in sample], [args.seed] * len(sample))
+        replies = backend.generate([prompt_of(adapter, args.case, p.state) for p in sample], [args.seed] * len(sample))
         answers = []
         for position, reply in zip(sample, replies):
             match = _ANSWER.search(reply)
-            answers.append(action_of(load_game(CASE).deserialize_state(position.state),
+            answers.append(action_of(load_game(args.case).deserialize_state(position.state),
                                      match.group(1) if match else None))
-        results[group] = tally(sample, answers) | {"available": len(keys)}
+        results[group] = tally(sample, answers, args.case) | {"available": len(keys)}
         print(f"{group}: {len(sample)} of {len(keys)} positions asked", file=sys.stderr)
     table = markdown(results)
     print(table, end="")
