@@ -693,8 +693,11 @@ class OpenSpielAdapter:
             # exact values tie every drawing (or winning) move; MCTS picks among them, not the lowest number
             tie_break = self._tie_breaks.get_or_compute(
                 (case, state_str), lambda: self._mcts_analysis(case, state_str, position))
-        tactics = one_ply(case, state_str)
-        wins_now = tactics.winning if tactics is not None else frozenset()
+        top = max(values.get(a, 0.0) for a in position.moves.values())
+        wins_now: frozenset[int] = frozenset()
+        if sum(values.get(a, 0.0) == top for a in position.moves.values()) > 1:  # a tie: one-ply tactics only then
+            tactics = one_ply(case, state_str)
+            wins_now = tactics.winning if tactics is not None else frozenset()
         best_action = max(position.moves.values(),
                           key=lambda a: (values.get(a, 0.0), a in wins_now, tie_break.get(a, 0.0), -a))
         return next(move for move, action in position.moves.items() if action == best_action)
