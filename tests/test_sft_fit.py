@@ -10,6 +10,7 @@ import re
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pyspiel
+import pytest
 from bench_scripts import load_bench_script
 
 from verl_ext.mixture import EnvMixture
@@ -117,3 +118,10 @@ def test_connect_four_positions_are_rebuilt_and_rated_without_an_exact_value(tmp
     assert (rates["took the win"]["n"], rates["took the win"]["of"], rates["teacher took the win"]["n"]) == (0, 1, 1)
     assert rates["kept the value"]["of"] == 0 and rates["kept the value"]["rate"] is None
     assert "| - |" in sft_fit.markdown({"single rows": rates})
+
+
+def test_rows_without_a_position_of_the_case_are_refused_by_name(tmp_path, capsys):
+    rows = write_rows(tmp_path / "rows.parquet", [turn(WIN, 6)])
+    with pytest.raises(SystemExit):
+        sft_fit.main(["--model", "unused", "--rows", str(rows), "--case", "connect_four"])
+    assert f"no connect_four position in {rows}" in capsys.readouterr().err

@@ -57,7 +57,8 @@ _ANSWER = re.compile(r"<answer>\s*(.*?)\s*</answer>", re.DOTALL)
 
 @dataclass(frozen=True)
 class Position:
-    """A tic_tac_toe decision: the serialized OpenSpiel state and the teacher's move there (as its action)."""
+    """A decision of the game: the serialized OpenSpiel state and the teacher's move there (its action; None when the
+    teacher's answer names no legal move)."""
 
     state: str
     teacher: int | None
@@ -128,6 +129,7 @@ def held_out_positions(case: str, share: float, val_tasks: int, tasks: int) -> d
 
 
 def prompt_of(adapter: Any, case: str, state_str: str) -> list[dict[str, str]]:
+    """The single-move chat for the position (``OpenSpielAdapter.position_prompt``, as the single-move rows)."""
     state = load_game(case).deserialize_state(state_str)
     return [{"role": "user", "content": adapter.position_prompt(case, state)}]
 
@@ -197,6 +199,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--per-group: must be > 0, got {args.per_group}")
 
     groups = rows_positions(args.rows, args.case)
+    if not groups["single rows"] and not groups["game turns only"]:
+        parser.error(f"--rows: no {args.case} position in {args.rows} (rows of another game, or not SFT rows?)")
     groups["held-out"] = held_out_positions(args.case, args.held_out_share, args.val_tasks, args.tasks)
     seen = {p.state for group in ("single rows", "game turns only") for p in groups[group].values()}
     shown = sum(p.state in seen for p in groups["held-out"].values())
