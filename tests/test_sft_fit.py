@@ -53,7 +53,7 @@ def test_positions_are_grouped_by_the_rows_that_show_them(tmp_path):
 
 
 def test_the_rates_compare_the_answers_with_the_teacher_the_value_and_the_tactics():
-    positions = [sft_fit.Position(WIN.serialize(), 6), sft_fit.Position(BLOCK.serialize(), 2)]
+    positions = [sft_fit.Position(WIN.serialize(), 6, "win"), sft_fit.Position(BLOCK.serialize(), 2, "block")]
     rates = sft_fit.tally(positions, [2, 5])  # a forced win instead of the win at once; a move that misses the block
     assert rates["same as teacher"]["n"] == 0 and rates["kept the value"]["n"] == 1  # the forced win keeps it
     assert rates["teacher kept the value"]["rate"] == 1.0
@@ -125,3 +125,20 @@ def test_rows_without_a_position_of_the_case_are_refused_by_name(tmp_path, capsy
     with pytest.raises(SystemExit):
         sft_fit.main(["--model", "unused", "--rows", str(rows), "--case", "connect_four"])
     assert f"no connect_four position in {rows}" in capsys.readouterr().err
+
+
+def test_each_position_is_asked_with_the_prompt_its_rows_or_the_held_out_set_show(tmp_path):
+    """A run on boards drawn with every line written out (openspiel.board_text=lines): the rows' positions keep
+    their own prompts, and --board-text draws the held-out ones the same way (the same positions as on raw boards:
+    the held-out split goes by position)."""
+    lines = EnvMixture({"openspiel": {"game_types": ["tic_tac_toe"], "board_text": "lines"}},
+                       where="env").adapters["openspiel"]
+    row = [{"role": "user", "content": lines.position_prompt("tic_tac_toe", WIN)},
+           {"role": "assistant", "content": "<answer>x(2,0)</answer>"}]
+    (position,) = sft_fit.rows_positions(write_rows(tmp_path / "rows.parquet", [row]))["single rows"].values()
+    assert position.prompt == row[0]["content"] and "Diagonals" in position.prompt and position.teacher == 6
+    drawn = sft_fit.held_out_positions("tic_tac_toe", 0.2, 16, 100, "lines")
+    raw = sft_fit.held_out_positions("tic_tac_toe", 0.2, 16, 100)
+    assert list(drawn) == list(raw)
+    assert all("Diagonals" in p.prompt for p in drawn.values())
+    assert all("Diagonals" not in p.prompt for p in raw.values())

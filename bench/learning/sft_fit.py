@@ -11,15 +11,17 @@ other rows. This script tells them apart without a GPU:
   collects every position of ``--case`` they show with the teacher's answer: the single-move rows (the prompt trained
   on) and each turn of the whole-game rows;
 - it asks the model (greedy, the transformers backend of ``verl-ext eval``) for a move in up to ``--per-group``
-  positions of each group, as a single-move prompt (``OpenSpielAdapter.position_prompt``), and in the run's held-out
-  positions (never trained on);
+  positions of each group, each with the prompt its rows show it with (a game turn's message alone, as a single-move
+  chat; the board drawn in the run's ``openspiel.board_text``), and in the run's held-out positions (never trained
+  on), with their own prompts;
 - per group: the share of answers equal to the teacher's, that kept the exact value (OpenSpiel's alpha-beta search,
   ``verl_ext/envs/exact_values.py``; tic_tac_toe only, a connect_four tree is too large), that took a win on the
   board, that blocked a threat (``envs/tactics.one_ply``), with 95 % Wilson intervals, beside the teacher's own rates
   on the same positions.
 
     python bench/learning/sft_fit.py --model /tmp/bgcold/sft_hf --rows sft_train.parquet [--case connect_four] \\
-        [--per-group 200] [--held-out-share 0.2 --val-tasks 256 --tasks 2400] [--out docs/runs/X/sft_fit]
+        [--per-group 200] [--held-out-share 0.2 --val-tasks 256 --tasks 2400] [--board-text raw] \\
+        [--out docs/runs/X/sft_fit]
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from block_lines import history_of
 from game_log_report import board_rows
 from value_turns import state_of
 
+from verl_ext.envs.board_text import BOARD_TEXTS
 from verl_ext.envs.exact_values import best_actions, exact_problem_of
 from verl_ext.envs.openspiel_rules import legal_move_actions, load_game, match_move
 from verl_ext.envs.tactics import one_ply
@@ -57,11 +60,12 @@ _ANSWER = re.compile(r"<answer>\s*(.*?)\s*</answer>", re.DOTALL)
 
 @dataclass(frozen=True)
 class Position:
-    """A decision of the game: the serialized OpenSpiel state and the teacher's move there (its action; None when the
-    teacher's answer names no legal move)."""
+    """A decision of the game: the serialized OpenSpiel state, the teacher's move there (its action; None when the
+    teacher's answer names no legal move) and the prompt that shows it."""
 
     state: str
     teacher: int | None
+    prompt: str
 
 
 def action_of(state: Any, move: str | None) -> int | None:
@@ -103,35 +107,34 @@ def rows_positions(path: Path, case: str = "tic_tac_toe") -> dict[str, dict[str,
             board, seat = board_rows(text, *BOARDS[case]), _SEAT.search(text)
             if board is None or seat is None or i + 1 >= len(messages):
                 continue
+            key = "/".join(board) + f"|{seat.group(1)}"
+            if key in found[group]:  # the first showing of a position stands
+                continue
             state = state_from_board(case, board, int(seat.group(1)))
             if state is None:
                 continue
             answer = _ANSWER.search(messages[i + 1]["content"])
-            key = "/".join(board) + f"|{seat.group(1)}"
-            found[group].setdefault(key, Position(state.serialize(),
-                                                  action_of(state, answer.group(1) if answer else None)))
+            found[group][key] = Position(state.serialize(), action_of(state, answer.group(1) if answer else None),
+                                         text)
     for key in found["single rows"]:
         found["game turns only"].pop(key, None)
     return found
 
 
-def held_out_positions(case: str, share: float, val_tasks: int, tasks: int) -> dict[str, Position]:
-    """The run's held-out positions of ``case`` (``verl-ext eval``'s single suite) with the engine's move."""
-    mixture = EnvMixture({"openspiel": {"game_types": [case], "seed": 0, "num_tasks_per_case": tasks},
+def held_out_positions(case: str, share: float, val_tasks: int, tasks: int,
+                       board_text: str = "raw") -> dict[str, Position]:
+    """The run's held-out positions of ``case`` (``verl-ext eval``'s single suite) with the engine's move and their
+    prompt."""
+    mixture = EnvMixture({"openspiel": {"game_types": [case], "seed": 0, "num_tasks_per_case": tasks,
+                                        "board_text": board_text},
                           "held_out_share": share, "val_tasks_per_case": val_tasks}, where="env")
     adapter = mixture.adapters["openspiel"]
     found = {}
     for task in heldout_tasks(mixture, "openspiel"):
         state = load_game(case).deserialize_state(task.state)
         move = adapter.reference_move(case, state, task.seed)
-        found[task.state] = Position(task.state, action_of(state, move))
+        found[task.state] = Position(task.state, action_of(state, move), task.messages[-1]["content"])
     return found
-
-
-def prompt_of(adapter: Any, case: str, state_str: str) -> list[dict[str, str]]:
-    """The single-move chat for the position (``OpenSpielAdapter.position_prompt``, as the single-move rows)."""
-    state = load_game(case).deserialize_state(state_str)
-    return [{"role": "user", "content": adapter.position_prompt(case, state)}]
 
 
 def tally(positions: list[Position], answers: list[int | None], case: str = "tic_tac_toe") -> dict[str, Any]:
@@ -191,6 +194,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--held-out-share", type=float, default=0.2)
     parser.add_argument("--val-tasks", type=int, default=256, help="held-out positions per case (val_tasks_per_case)")
     parser.add_argument("--tasks", type=int, default=2400, help="openspiel.num_tasks_per_case of the run")
+    parser.add_argument("--board-text", choices=BOARD_TEXTS, default="raw",
+                        help="openspiel.board_text of the run (how the held-out prompts draw the board)")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, help="also write OUT.json and OUT.md")
@@ -201,21 +206,21 @@ def main(argv: list[str] | None = None) -> int:
     groups = rows_positions(args.rows, args.case)
     if not groups["single rows"] and not groups["game turns only"]:
         parser.error(f"--rows: no {args.case} position in {args.rows} (rows of another game, or not SFT rows?)")
-    groups["held-out"] = held_out_positions(args.case, args.held_out_share, args.val_tasks, args.tasks)
+    groups["held-out"] = held_out_positions(args.case, args.held_out_share, args.val_tasks, args.tasks,
+                                            args.board_text)
     seen = {p.state for group in ("single rows", "game turns only") for p in groups[group].values()}
     shown = sum(p.state in seen for p in groups["held-out"].values())
     if shown:  # whole games are split by seed, not by position: a held-out position can come up in a game row
         print(f"note: {shown} of {len(groups['held-out'])} held-out positions are shown in {args.rows}",
               file=sys.stderr)
     rng = random.Random(args.seed)
-    adapter = EnvMixture({"openspiel": {"game_types": [args.case]}}, where="env").adapters["openspiel"]
     backend = TransformersBackend(args.model, None, GenerationSettings(max_new_tokens=16, batch_size=args.batch_size,
                                                                        dtype="float32"))
     results: dict[str, dict[str, Any]] = {}
     for group in GROUPS:
         keys = sorted(groups[group])
         sample = [groups[group][k] for k in rng.sample(keys, min(args.per_group, len(keys)))]
-        replies = backend.generate([prompt_of(adapter, args.case, p.state) for p in sample], [args.seed] * len(sample))
+        replies = backend.generate([[{"role": "user", "content": p.prompt}] for p in sample], [args.seed] * len(sample))
         answers = []
         for position, reply in zip(sample, replies):
             match = _ANSWER.search(reply)
