@@ -22,8 +22,7 @@ def minimax(serialised: str) -> int:
 
 
 def move_value(state: pyspiel.State, action: int) -> int:
-    after = state.clone()
-    after.apply_action(action)
+    after = play_one(state, action)
     if after.is_terminal():
         return int(after.returns()[state.current_player()])
     return -minimax(after.serialize())
