@@ -435,3 +435,32 @@ def test_the_fitted_tic_tac_toe_cold_start_differs_from_its_control_only_in_sft_
             for name, base in (("ttt-tactics-grpo100", RUNS / "smollm2-ttt-base.env"),
                                ("ttt-fit-tactics-grpo100", RUNS / "smollm2-ttt-fit-base.env"))]
     assert runs[0] == runs[1]
+
+
+def test_the_control_cold_start_is_judged_alone_with_the_fitted_runs_eval(tmp_path):
+    """smollm2-ttt-coldstart-eval.env: the control cold start (smollm2-ttt-base.env) runs only the eval stage, judges
+    the cold start alone, and asks what the fitted run's eval asks (held-out set, games, opponents, seed), with its
+    vLLM engine capped to share the GPU with the fitted driver."""
+    control = files_dry_run(tmp_path, "ttt-coldstart-eval", base=RUNS / "smollm2-ttt-base.env",
+                            spec=RUNS / "smollm2-ttt-coldstart-eval.env", run_dir="same")
+    fitted = files_dry_run(tmp_path, "ttt-fit-tactics-grpo100", base=RUNS / "smollm2-ttt-fit-base.env",
+                           spec=RUNS / "smollm2-ttt-fit-tactics-grpo100.env", run_dir="same")
+    assert list(control) == ["eval"]
+    (ours,), (theirs,) = control["eval"], fitted["eval"]  # one eval each: their arena plays whole games already
+
+    def models(argv: list[str]) -> list[str]:
+        return [m.split("=")[0] for m in argv[argv.index("--models") + 1:argv.index("--suites")]]
+
+    caps = ("--vllm-gpu-memory-utilization", "--vllm-kv-cache-memory-bytes")
+
+    def without_models_and_cap(argv: list[str]) -> list[str]:
+        argv = argv[:argv.index("--models")] + argv[argv.index("--suites"):]
+        for flag in caps:
+            at = argv.index(flag) if flag in argv else len(argv)
+            argv = argv[:at] + argv[at + 2:]
+        return argv
+
+    assert [ours[ours.index(flag) + 1] for flag in caps] == ["0.3", "4294967296"]
+    assert not any(flag in theirs for flag in caps)
+    assert without_models_and_cap(ours) == without_models_and_cap(theirs)
+    assert models(ours) == ["sft", "random"] and models(theirs) == ["sft", "grpo", "random"]

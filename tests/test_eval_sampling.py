@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from verl_ext.envs.config import ConfigError
 from verl_ext.evaluation.backends import GenerationSettings, TransformersBackend, VLLMBackend, sampling_kwargs
 from verl_ext.tiny_model import build_qwen2
 
@@ -126,3 +127,19 @@ def test_vllm_replies_fit_the_context_and_a_prompt_without_room_gets_an_empty_re
     backend.llm = types.SimpleNamespace(generate=generate)  # an engine that does not say: the full budget
     backend.generate([[{"role": "user", "content": "9000"}]], [5])
     assert made[0]["max_tokens"] == 256
+
+
+def test_vllm_engine_can_take_a_fixed_kv_cache():
+    """--vllm-kv-cache-memory-bytes reaches vllm.LLM as kv_cache_memory_bytes (vLLM then skips the start-up memory
+    profile that fails beside another process on the GPU); unset, vLLM sizes the cache itself; <= 0 is refused."""
+    from verl_ext.evaluation.backends import vllm_engine_kwargs
+    from verl_ext.evaluation.cli import parse_args
+
+    default = vllm_engine_kwargs("m", None, GenerationSettings(vllm_gpu_memory_utilization=0.3))
+    assert "kv_cache_memory_bytes" not in default and default["gpu_memory_utilization"] == 0.3
+    fixed = GenerationSettings(vllm_kv_cache_memory_bytes=4 << 30)
+    assert vllm_engine_kwargs("m", None, fixed)["kv_cache_memory_bytes"] == 4 << 30
+    args, _ = parse_args(["--models", "a=scripted:random", "--vllm-kv-cache-memory-bytes", "4294967296"])
+    assert args.vllm_kv_cache_memory_bytes == 4294967296
+    with pytest.raises(ConfigError, match="--vllm-kv-cache-memory-bytes: must be > 0, got 0"):
+        GenerationSettings(vllm_kv_cache_memory_bytes=0).validate()

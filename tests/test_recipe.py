@@ -271,6 +271,28 @@ def test_eval_knobs_for_whole_hands(tmp_path):
     assert bad.returncode == 2 and "EVAL_BASE_MODEL must be one of: 0 1; got 'no'" in bad.stderr
 
 
+def test_every_eval_can_cap_its_vllm_memory(tmp_path):
+    """EVAL_VLLM_GPU_MEMORY_UTILIZATION and EVAL_VLLM_KV_CACHE_MEMORY_BYTES: every eval of the stage (held-out +
+    arena, whole-game arena, training positions) caps its vLLM engine's memory and can fix its KV cache, so that an
+    eval can share its GPU with another driver's training; unset, the eval keeps its own defaults; bad values are
+    refused by name."""
+    env = {"RUN_DIR": str(tmp_path), "GAME_TYPES": "tic_tac_toe", "EVAL_TRAINING_POSITIONS": "1",
+           "SFT_GAME_SHARE": "0.5"}
+    default = stage_commands(recipe("--dry-run", "eval", **env).stdout)["eval"]
+    assert len(default) == 3 and not any("--vllm-gpu-memory-utilization" in argv for argv in default)
+    capped = stage_commands(recipe("--dry-run", "eval", EVAL_VLLM_GPU_MEMORY_UTILIZATION="0.35", **env).stdout)["eval"]
+    assert [argv[argv.index("--vllm-gpu-memory-utilization") + 1] for argv in capped] == ["0.35"] * 3
+    fixed = stage_commands(recipe("--dry-run", "eval", EVAL_VLLM_KV_CACHE_MEMORY_BYTES="4294967296", **env).stdout)
+    assert [argv[argv.index("--vllm-kv-cache-memory-bytes") + 1] for argv in fixed["eval"]] == ["4294967296"] * 3
+    bad = recipe("--dry-run", "eval", EVAL_VLLM_KV_CACHE_MEMORY_BYTES="4G", check=False, **env)
+    assert bad.returncode == 2 and "EVAL_VLLM_KV_CACHE_MEMORY_BYTES: a size in bytes" in bad.stderr
+    assert "'4G'" in bad.stderr
+    for share in ("0", "1.5", "most"):
+        bad = recipe("--dry-run", "eval", EVAL_VLLM_GPU_MEMORY_UTILIZATION=share, check=False, **env)
+        assert bad.returncode == 2 and "EVAL_VLLM_GPU_MEMORY_UTILIZATION: a share of the GPU's memory in (0, 1]" \
+            in bad.stderr and f"got '{share}'" in bad.stderr
+
+
 def test_a_cold_start_is_evaluated_before_any_grpo(tmp_path):
     """EVAL_GRPO_MODEL=0: `export sft hf eval` judges the cold start alone (the SFT sweep); the eval then needs the
     SFT model, not a GRPO one, and names the stage that makes what is missing."""

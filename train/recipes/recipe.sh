@@ -25,7 +25,8 @@
 # LOGIC_CASES ENV_OVERRIDES COLD_START_CONTENTS COLD_START_SHARE GRPO_TRAIN_PART GRPO_POSITIONS MODEL_SHAPE SFT_TASKS_PER_CASE SFT_GAME_SHARE SFT_GAME_OPPONENT VAL_TASKS_PER_CASE EXPORT_JOBS SFT_EPOCHS SFT_LR
 # SFT_BATCH_SIZE SIGNAL_PROMPTS GRPO_STEPS GRPO_LORA GRPO_LR GRPO_REWARD_MODE GRPO_SAVE_FREQ GRPO_KEEP_CHECKPOINTS
 # GRPO_TEST_FREQ CURVE_EVERY EVAL_SUITES EVAL_GAMES EVAL_OPPONENTS EVAL_GAME_CONTEXT EVAL_ILLEGAL_RETRIES EVAL_BASE_MODEL EVAL_COLD_START_MODEL EVAL_GRPO_MODEL EVAL_TRAINING_POSITIONS EVAL_BACKEND
-# EVAL_GENERATION_LENGTH EVAL_TEMPERATURE; any train-script knob
+# EVAL_GENERATION_LENGTH EVAL_TEMPERATURE EVAL_VLLM_GPU_MEMORY_UTILIZATION EVAL_VLLM_KV_CACHE_MEMORY_BYTES; any
+# train-script knob
 # (TRAIN_BATCH_SIZE, ROLLOUT_N, GPU_MEMORY_UTILIZATION, SYSTEM_PROMPT, ...) passes through to the GRPO stage.
 # shellcheck source-path=SCRIPTDIR
 set -euo pipefail
@@ -146,6 +147,29 @@ require_choice EVAL_TRAINING_POSITIONS "$EVAL_TRAINING_POSITIONS" 0 1
 if ! [[ "$CURVE_EVERY" =~ ^[1-9][0-9]*$ ]]; then
   echo "CURVE_EVERY: a positive step count, got '$CURVE_EVERY'" >&2
   exit 2
+fi
+# EVAL_VLLM_GPU_MEMORY_UTILIZATION: the share of the GPU's memory each eval's vLLM engine may take (verl-ext eval's
+# --vllm-gpu-memory-utilization; empty: its default, 0.85). Lower it when the eval shares its GPU with another
+# process, e.g. a second driver's training on the same card (vLLM refuses to start when less memory is free).
+: "${EVAL_VLLM_GPU_MEMORY_UTILIZATION:=}"
+EVAL_ENGINE_ARGS=()
+if [[ -n "$EVAL_VLLM_GPU_MEMORY_UTILIZATION" ]]; then
+  if ! [[ "$EVAL_VLLM_GPU_MEMORY_UTILIZATION" =~ ^(0?\.[0-9]*[1-9][0-9]*|1(\.0*)?)$ ]]; then
+    echo "EVAL_VLLM_GPU_MEMORY_UTILIZATION: a share of the GPU's memory in (0, 1], e.g. 0.35; got" \
+      "'$EVAL_VLLM_GPU_MEMORY_UTILIZATION'" >&2
+    exit 2
+  fi
+  EVAL_ENGINE_ARGS=(--vllm-gpu-memory-utilization "$EVAL_VLLM_GPU_MEMORY_UTILIZATION")
+fi
+# EVAL_VLLM_KV_CACHE_MEMORY_BYTES: a fixed KV cache for each eval's vLLM engine (--vllm-kv-cache-memory-bytes): vLLM
+# then skips its start-up memory profile, which fails when another process on the GPU frees memory meanwhile
+: "${EVAL_VLLM_KV_CACHE_MEMORY_BYTES:=}"
+if [[ -n "$EVAL_VLLM_KV_CACHE_MEMORY_BYTES" ]]; then
+  if ! [[ "$EVAL_VLLM_KV_CACHE_MEMORY_BYTES" =~ ^[1-9][0-9]*$ ]]; then
+    echo "EVAL_VLLM_KV_CACHE_MEMORY_BYTES: a size in bytes, e.g. 4294967296; got '$EVAL_VLLM_KV_CACHE_MEMORY_BYTES'" >&2
+    exit 2
+  fi
+  EVAL_ENGINE_ARGS+=(--vllm-kv-cache-memory-bytes "$EVAL_VLLM_KV_CACHE_MEMORY_BYTES")
 fi
 # EVAL_SUITES: verl-ext eval's --suites (auto: held-out single moves + games against the bots if games are
 # configured, puzzles if puzzles are)
@@ -376,7 +400,8 @@ stage_eval() {
     ${SCORE_SETS[@]+"${SCORE_SETS[@]}"} --models "${models[@]}" --suites "$EVAL_SUITES" \
     --games-per-case "$EVAL_GAMES" --opponents "$EVAL_OPPONENTS" --game-context "$EVAL_GAME_CONTEXT" \
     --illegal-retries "$EVAL_ILLEGAL_RETRIES" --max-new-tokens "$EVAL_GENERATION_LENGTH" \
-    --temperature "$EVAL_TEMPERATURE" --backend "$EVAL_BACKEND" --seed "$RECIPE_SEED" --no-progress \
+    --temperature "$EVAL_TEMPERATURE" --backend "$EVAL_BACKEND" ${EVAL_ENGINE_ARGS[@]+"${EVAL_ENGINE_ARGS[@]}"} \
+    --seed "$RECIPE_SEED" --no-progress \
     --out "$RUN_DIR/eval"
   # the models were taught whole games too: their play with the whole game conversation each turn (as
   # TASK_MODE=game training shows it), one retry after an illegal reply; not again when the eval above already
@@ -386,6 +411,7 @@ stage_eval() {
     run "$PYTHON" -m verl_ext.cli eval ${ENV_SETS[@]+"${ENV_SETS[@]}"} --models "${trained[@]}" \
       --suites arena --game-context game --illegal-retries 1 --games-per-case "$EVAL_GAMES" --opponents random \
       --max-new-tokens "$EVAL_GENERATION_LENGTH" --temperature "$EVAL_TEMPERATURE" --backend "$EVAL_BACKEND" \
+      ${EVAL_ENGINE_ARGS[@]+"${EVAL_ENGINE_ARGS[@]}"} \
       --seed "$RECIPE_SEED" --no-progress --out "$RUN_DIR/eval_game"
   fi
   # EVAL_TRAINING_POSITIONS=1: the trained models' single moves on positions of their training rows too (in
@@ -397,6 +423,7 @@ stage_eval() {
       --set "val_tasks_per_case=$VAL_TASKS_PER_CASE" --set "openspiel.num_tasks_per_case=$SFT_TASKS_PER_CASE" ${SCORE_SETS[@]+"${SCORE_SETS[@]}"} \
       --models "${trained[@]}" random=scripted:random --suites single --positions training \
       --max-new-tokens "$EVAL_GENERATION_LENGTH" --temperature "$EVAL_TEMPERATURE" --backend "$EVAL_BACKEND" \
+      ${EVAL_ENGINE_ARGS[@]+"${EVAL_ENGINE_ARGS[@]}"} \
       --seed "$RECIPE_SEED" --no-progress --out "$RUN_DIR/eval_train"
   fi
 }

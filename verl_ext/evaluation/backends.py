@@ -37,6 +37,9 @@ class GenerationSettings:
     device: str = "auto"
     dtype: str = "auto"
     vllm_gpu_memory_utilization: float = 0.85
+    # a fixed KV cache: vLLM then skips its start-up memory profile, which fails when another process on the same
+    # GPU frees memory meanwhile (an eval beside a training run)
+    vllm_kv_cache_memory_bytes: int | None = None
     vllm_max_model_len: int | None = None
     vllm_tensor_parallel_size: int = 1
     vllm_max_lora_rank: int = 64
@@ -55,6 +58,8 @@ class GenerationSettings:
         if not 0.0 < self.vllm_gpu_memory_utilization <= 1.0:
             raise ConfigError(f"--vllm-gpu-memory-utilization: must be in (0, 1], got "
                               f"{self.vllm_gpu_memory_utilization}")
+        if self.vllm_kv_cache_memory_bytes is not None and self.vllm_kv_cache_memory_bytes <= 0:
+            raise ConfigError(f"--vllm-kv-cache-memory-bytes: must be > 0, got {self.vllm_kv_cache_memory_bytes}")
 
 
 class Backend(Protocol):
@@ -265,6 +270,24 @@ class TransformersBackend:
 
 
 # --------------------------------------------------------------------------- vLLM (GPU only; untested on CPU CI)
+def vllm_engine_kwargs(path: str, adapter: str | None, settings: GenerationSettings,
+                       trust_remote_code: bool = False) -> dict[str, Any]:
+    """The keyword arguments of ``vllm.LLM`` for ``settings``."""
+    kwargs: dict[str, Any] = {"model": path, "trust_remote_code": trust_remote_code,
+                              "gpu_memory_utilization": settings.vllm_gpu_memory_utilization,
+                              "tensor_parallel_size": settings.vllm_tensor_parallel_size,
+                              "enable_lora": adapter is not None}
+    if settings.dtype != "auto":
+        kwargs["dtype"] = settings.dtype
+    if settings.vllm_max_model_len:
+        kwargs["max_model_len"] = settings.vllm_max_model_len
+    if settings.vllm_kv_cache_memory_bytes is not None:
+        kwargs["kv_cache_memory_bytes"] = settings.vllm_kv_cache_memory_bytes
+    if adapter is not None:
+        kwargs["max_lora_rank"] = settings.vllm_max_lora_rank
+    return kwargs
+
+
 class VLLMBackend:
     """``vllm.LLM`` with one ``SamplingParams`` per prompt (seeded) and an optional LoRA adapter."""
 
@@ -280,17 +303,7 @@ class VLLMBackend:
 
         self.settings = settings
         self.tokenizer = load_tokenizer(path, trust_remote_code)
-        kwargs: dict[str, Any] = {"model": path, "trust_remote_code": trust_remote_code,
-                                  "gpu_memory_utilization": settings.vllm_gpu_memory_utilization,
-                                  "tensor_parallel_size": settings.vllm_tensor_parallel_size,
-                                  "enable_lora": adapter is not None}
-        if settings.dtype != "auto":
-            kwargs["dtype"] = settings.dtype
-        if settings.vllm_max_model_len:
-            kwargs["max_model_len"] = settings.vllm_max_model_len
-        if adapter is not None:
-            kwargs["max_lora_rank"] = settings.vllm_max_lora_rank
-        self.llm = LLM(**kwargs)
+        self.llm = LLM(**vllm_engine_kwargs(path, adapter, settings, trust_remote_code))
         self.lora_request = None
         if adapter is not None:
             from vllm.lora.request import LoRARequest

@@ -85,6 +85,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="generation dtype (auto: bfloat16 on GPU, float32 on CPU); the exploitability suite scores "
                         "in --exploitability-dtype")
     p.add_argument("--vllm-gpu-memory-utilization", type=float, default=0.85)
+    p.add_argument("--vllm-kv-cache-memory-bytes", type=int, default=None,
+                   help="a fixed KV cache size: vLLM skips its start-up memory profile (for an eval that shares its "
+                        "GPU with another process)")
     p.add_argument("--vllm-max-model-len", type=int, default=None)
     p.add_argument("--vllm-tensor-parallel-size", type=int, default=1)
     p.add_argument("--vllm-max-lora-rank", type=int, default=64)
@@ -224,7 +227,8 @@ def run(argv: list[str] | None = None) -> int:
     generation = GenerationSettings(
         max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p,
         batch_size=args.batch_size, device=args.device, dtype=args.dtype,
-        vllm_gpu_memory_utilization=args.vllm_gpu_memory_utilization, vllm_max_model_len=args.vllm_max_model_len,
+        vllm_gpu_memory_utilization=args.vllm_gpu_memory_utilization,
+        vllm_kv_cache_memory_bytes=args.vllm_kv_cache_memory_bytes, vllm_max_model_len=args.vllm_max_model_len,
         vllm_tensor_parallel_size=args.vllm_tensor_parallel_size, vllm_max_lora_rank=args.vllm_max_lora_rank)
     generation.validate()
     if not env_section and args.suites.replace(" ", "") == "exploitability":
