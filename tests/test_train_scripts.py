@@ -422,15 +422,24 @@ def test_switch_values_are_checked(variable, value, choices):
     assert result.returncode == 2 and f"{variable} must be one of: {choices}; got '{value}'" in result.stderr
 
 
-def test_fsdp1_lora_with_an_unmerged_adapter_is_refused():
-    """FSDP1 + LoRA served as an adapter hangs at the first weight sync (tests/test_fsdp1_lora_sync.py)."""
-    result = subprocess.run(["bash", str(REPO / "train/scripts/openspiel-ppo.sh"), "--dry-run"], capture_output=True,
-                            text=True, env={**os.environ, "FSDP_STRATEGY": "fsdp", "ROLLOUT_LORA_MERGE": "0"})
-    assert result.returncode == 2
-    assert "ROLLOUT_LORA_MERGE=0 with FSDP_STRATEGY=fsdp and ENABLE_LORA=1 hangs at the first weight sync" in result.stderr
-    assert "ROLLOUT_LORA_MERGE=1 (the default), FSDP_STRATEGY=fsdp2, or ENABLE_LORA=0" in result.stderr
-    full = dry_run("openspiel-ppo.sh", FSDP_STRATEGY="fsdp", ROLLOUT_LORA_MERGE="0", ENABLE_LORA="0", RUN_PROFILE="smoke")
-    assert "actor_rollout_ref.actor.strategy=fsdp" in full  # nothing to merge without LoRA: no refusal
+def test_fsdp1_lora_with_an_unmerged_adapter_is_refused_before_peft_0_22():
+    """FSDP1 + LoRA served as an adapter hangs at the first weight sync with PEFT 0.21 (the GPU wheelhouse's) and
+    works from PEFT 0.22 (tests/test_fsdp1_lora_sync.py): the pre-flight check refuses it by the PEFT installed."""
+    from verl_ext.launch.preflight import fsdp1_unmerged_adapter_problems
+
+    unmerged = compose("ppo_trainer", overrides_of(dry_run("openspiel-ppo.sh", FSDP_STRATEGY="fsdp",
+                                                           ROLLOUT_LORA_MERGE="0", RUN_PROFILE="smoke")))
+    (problem,) = fsdp1_unmerged_adapter_problems(unmerged, "0.21.0")
+    assert "ROLLOUT_LORA_MERGE=0 (actor_rollout_ref.model.lora.merge=False) with FSDP_STRATEGY=fsdp" in problem
+    assert "with PEFT 0.21.0" in problem and "or PEFT >= 0.22" in problem
+    assert "ROLLOUT_LORA_MERGE=1 (the default), FSDP_STRATEGY=fsdp2, ENABLE_LORA=0" in problem
+    assert fsdp1_unmerged_adapter_problems(unmerged, "0.22.0") == []
+    assert fsdp1_unmerged_adapter_problems(unmerged, None) == []  # no PEFT: no LoRA run gets this far
+    for settings in ({"ROLLOUT_LORA_MERGE": "1"}, {"ENABLE_LORA": "0"}, {"FSDP_STRATEGY": "fsdp2"}):
+        cfg = compose("ppo_trainer", overrides_of(dry_run("openspiel-ppo.sh", RUN_PROFILE="smoke",
+                                                          **{"FSDP_STRATEGY": "fsdp", "ROLLOUT_LORA_MERGE": "0",
+                                                             **settings})))
+        assert fsdp1_unmerged_adapter_problems(cfg, "0.21.0") == [], settings
 
 
 def test_lora_merge_switch_is_checked_and_ignored_without_lora():

@@ -125,7 +125,43 @@ def check_ppo(cfg: Any, check_imports: bool = True, environ: Mapping[str, str] |
         from verl_ext.launch.memory import check_resident_rollout
 
         problems += check_resident_rollout(cfg)
+    if check_imports:  # the PEFT that will run
+        problems += fsdp1_unmerged_adapter_problems(cfg, installed_version("peft"))
     return problems
+
+
+# The first PEFT whose get_peft_model_state_dict finds the adapter under verl's nested FSDP1 units
+# (tests/test_fsdp1_lora_sync.py: PEFT 0.21 collects 0 of 28 adapter tensors, 0.22 all 28 with the adapter's values).
+FSDP1_UNMERGED_ADAPTER_PEFT = "0.22"
+
+
+def installed_version(package: str) -> str | None:
+    """The installed version of ``package`` (None: not installed)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return None
+
+
+def fsdp1_unmerged_adapter_problems(cfg: Any, peft_version: str | None) -> list[str]:
+    """FSDP1 + LoRA served unmerged with a PEFT before 0.22: verl collects an empty adapter, vLLM's add_lora raises
+    StopIteration and verl waits for the weight sync forever (H100, docs/runs/2026-11-24-h100-speed-merge/)."""
+    from packaging.version import Version
+
+    model = cfg.actor_rollout_ref.model
+    lora = model.get("lora") or {}
+    if (peft_version is None or str(cfg.actor_rollout_ref.actor.strategy) != "fsdp"
+            or not int(model.get("lora_rank") or 0) or lora.get("merge", False)):
+        return []
+    if Version(peft_version) >= Version(FSDP1_UNMERGED_ADAPTER_PEFT):
+        return []
+    return [f"ROLLOUT_LORA_MERGE=0 (actor_rollout_ref.model.lora.merge=False) with FSDP_STRATEGY=fsdp and "
+            f"ENABLE_LORA=1 hangs at the first weight sync with PEFT {peft_version} (verl collects no adapter "
+            f"tensors from FSDP1 before PEFT {FSDP1_UNMERGED_ADAPTER_PEFT}; docs/training.md). Use "
+            f"ROLLOUT_LORA_MERGE=1 (the default), FSDP_STRATEGY=fsdp2, ENABLE_LORA=0, or PEFT >= "
+            f"{FSDP1_UNMERGED_ADAPTER_PEFT}."]
 
 
 def check_sft(cfg: Any) -> list[str]:

@@ -309,14 +309,8 @@ grpo_args() {
   # (docs/runs/2026-11-24-h100-speed-merge/NOTES.md, section 0a).
   : "${ROLLOUT_LORA_MERGE:=1}"
   require_choice ROLLOUT_LORA_MERGE "$ROLLOUT_LORA_MERGE" 0 1
-  # FSDP1 + an adapter served unmerged: PEFT 0.21 finds no adapter tensors under verl's nested FSDP1 units, vLLM
-  # gets an empty adapter (StopIteration in add_lora) and verl waits for it forever (tests/test_fsdp1_lora_sync.py)
-  if [[ "$ENABLE_LORA" == "1" && "$FSDP_STRATEGY" == fsdp && "$ROLLOUT_LORA_MERGE" == "0" ]]; then
-    echo "ROLLOUT_LORA_MERGE=0 with FSDP_STRATEGY=fsdp and ENABLE_LORA=1 hangs at the first weight sync (verl" \
-      "collects no adapter tensors from FSDP1 with PEFT 0.21; docs/training.md). Use ROLLOUT_LORA_MERGE=1 (the" \
-      "default), FSDP_STRATEGY=fsdp2, or ENABLE_LORA=0." >&2
-    exit 2
-  fi
+  # FSDP1 + an adapter served unmerged hangs with a PEFT before 0.22: the pre-flight check refuses it by the PEFT
+  # installed (verl_ext/launch/preflight.py, tests/test_fsdp1_lora_sync.py)
   if [[ "$ENABLE_LORA" == "1" ]]; then
     : "${LR:=6e-5}"
     local lora_rank="$LORA_RANK"
