@@ -464,3 +464,18 @@ def test_the_control_cold_start_is_judged_alone_with_the_fitted_runs_eval(tmp_pa
     assert not any(flag in theirs for flag in caps)
     assert without_models_and_cap(ours) == without_models_and_cap(theirs)
     assert models(ours) == ["sft", "random"] and models(theirs) == ["sft", "grpo", "random"]
+
+
+def test_the_fitted_two_game_cold_start_differs_from_the_kept_one_only_in_sft_steps(tmp_path):
+    """smollm2-boardgames-fit-base.env: the two-game cold start with batches of 32 rows and 4 epochs, as
+    smollm2-ttt-fit-base.env fitted tic_tac_toe's; the same rows, lr and length."""
+    kept = files_dry_run(tmp_path, None, base=RUNS / "smollm2-boardgames-base.env")
+    fitted = files_dry_run(tmp_path, None, base=RUNS / "smollm2-boardgames-fit-base.env")
+    assert fitted["export"] == kept["export"]
+    configs = [compose("sft_trainer_engine", overrides_of(stages["sft"][0])) for stages in (kept, fitted)]
+    assert [(c.data.train_batch_size, c.trainer.total_epochs) for c in configs] == [(128, 2), (32, 4)]
+    plain = [OmegaConf.to_container(cfg) for cfg in configs]
+    for config in plain:
+        config["data"].pop("train_batch_size")
+        config["trainer"].pop("total_epochs")
+    assert plain[0] == plain[1]
