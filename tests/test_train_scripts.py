@@ -197,6 +197,27 @@ def test_sft_command_composes():
     assert cfg.model.lora_rank == 32 and cfg.data.messages_key == "messages" and cfg.engine.strategy == "fsdp2"
 
 
+def test_sft_preflight_warns_when_no_validation_batch_fits(tmp_path, capsys):
+    """verl's SFT validates in whole batches of SFT_BATCH_SIZE rows (drop_last): a validation file with fewer rows
+    logs no validation loss (the 2026-12-07 tic_tac_toe cold start: 64 rows, batches of 128). The pre-flight says
+    so, naming both numbers and the cures, and lets the run go on."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from verl_ext.launch.preflight import sft_warnings
+
+    val = tmp_path / "sft_val.parquet"
+    pq.write_table(pa.table({"messages": [[{"role": "user", "content": "x"}]] * 64}), val)
+    argv = dry_run("sft.sh", MODEL_PATH="/models/qwen", SFT_VAL_FILE=str(val), SFT_BATCH_SIZE="128")
+    (warning,) = sft_warnings(compose("sft_trainer_engine", overrides_of(argv)))
+    assert "data.val_files has 64 rows, fewer than SFT_BATCH_SIZE (data.train_batch_size=128)" in warning
+    assert "logs no validation loss" in warning and "lower SFT_BATCH_SIZE to 64 or less" in warning
+    fits = dry_run("sft.sh", MODEL_PATH="/models/qwen", SFT_VAL_FILE=str(val), SFT_BATCH_SIZE="32")
+    assert sft_warnings(compose("sft_trainer_engine", overrides_of(fits))) == []
+    assert preflight_main(["--config-name", "sft_trainer_engine", "--", *overrides_of(argv)]) == 2  # no train file
+    assert "pre-flight: warning: data.val_files has 64 rows" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("backend", ["torch", "triton"])
 def test_fused_kernel_backend_reaches_verl(backend):
     """FUSED_KERNELS_BACKEND picks verl's fused log-prob implementation in GRPO and SFT alike (torch by default)."""

@@ -177,6 +177,24 @@ def check_sft(cfg: Any) -> list[str]:
     return problems
 
 
+def sft_warnings(cfg: Any) -> list[str]:
+    """What a composed ``sft_trainer_engine`` config would run without saying so: verl's SFT validates in whole
+    batches of ``data.train_batch_size`` rows (drop_last), so a validation file with fewer rows logs no
+    validation loss at all (a tic_tac_toe cold start with 64 validation rows at batches of 128, 2026-12-07)."""
+    path = cfg.data.get("val_files")
+    if not path or not Path(str(path)).is_file():
+        return []
+    import pyarrow.parquet as pq
+
+    rows = pq.ParquetFile(str(path)).metadata.num_rows
+    batch = _int(cfg, "data.train_batch_size")
+    if rows >= batch:
+        return []
+    return [f"data.val_files has {rows} rows, fewer than SFT_BATCH_SIZE (data.train_batch_size={batch}): verl's SFT "
+            f"validates in whole batches and drops the rest, so this run logs no validation loss (lower "
+            f"SFT_BATCH_SIZE to {rows} or less, or export more validation rows: val_tasks_per_case)"]
+
+
 def _check_model(path: Any, max_tokens: int) -> list[str]:
     path = str(path)
     local = Path(os.path.expanduser(path))
@@ -257,6 +275,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     for problem in problems:
         print(f"pre-flight: {problem}", file=sys.stderr)
+    if args.config_name == "sft_trainer_engine":
+        for warning in sft_warnings(cfg):
+            print(f"pre-flight: warning: {warning}", file=sys.stderr)
     if not problems:
         print("pre-flight: ok")
     return 2 if problems else 0
