@@ -50,6 +50,11 @@ def test_positions_are_grouped_by_the_rows_that_show_them(tmp_path):
     assert {p.teacher for p in groups["single rows"].values()} == {6, 5}
     assert [p.teacher for p in groups["game turns only"].values()] == [3]
     assert set(groups["single rows"]) == {".o./.o./.xx|0", "xx./.o./...|1"}
+    # the game turn asked alone, and in context: after its row's first turn and the teacher's reply, as trained
+    (turn_of_game,) = groups["game turns in context"].values()
+    assert groups["game turns in context"] == groups["game turns only"]
+    assert turn_of_game.chat() == [game[2]] and turn_of_game.chat(in_context=True) == game[:3]
+    assert all(p.chat(in_context=True) == p.chat() for p in groups["single rows"].values())
 
 
 def test_the_rates_compare_the_answers_with_the_teacher_the_value_and_the_tactics():
@@ -89,8 +94,9 @@ def test_a_model_that_fitted_its_rows_agrees_with_the_teacher_in_sample(tmp_path
                          "--per-group", "8", "--val-tasks", "16", "--tasks", "100", "--out", str(out)]) == 0
     results = json.loads(out.with_suffix(".json").read_text())
     assert list(results) == list(sft_fit.GROUPS)
-    for group in ("single rows", "game turns only"):
+    for group in ("single rows", "game turns only", "game turns in context"):
         assert results[group]["same as teacher"]["rate"] == 1.0, group
+    assert results["game turns in context"]["positions"] == results["game turns only"]["positions"] == 2
     assert results["single rows"]["took the win"]["rate"] == 1.0
     assert results["held-out"]["positions"] == 8 and results["held-out"]["available"] == 16
     assert "| single rows | 1 | 100.0 [" in out.with_suffix(".md").read_text()

@@ -52,7 +52,9 @@ from verl_ext.evaluation.single_move import heldout_tasks
 from verl_ext.evaluation.stats import wilson_interval
 from verl_ext.mixture import EnvMixture
 
-GROUPS = ("single rows", "game turns only", "held-out")
+# "game turns in context": the game turns again, each asked after its row's earlier turns (the teacher's replies),
+# as whole-game training and the arena show them; "game turns only" asks the same turn as a single-move chat
+GROUPS = ("single rows", "game turns only", "game turns in context", "held-out")
 BOARDS = {"tic_tac_toe": (3, 3), "connect_four": (6, 7)}  # rows, columns of the board a prompt shows
 _SEAT = re.compile(r"as player (\d) of 2")
 _ANSWER = re.compile(r"<answer>\s*(.*?)\s*</answer>", re.DOTALL)
@@ -61,11 +63,18 @@ _ANSWER = re.compile(r"<answer>\s*(.*?)\s*</answer>", re.DOTALL)
 @dataclass(frozen=True)
 class Position:
     """A decision of the game: the serialized OpenSpiel state, the teacher's move there (its action; None when the
-    teacher's answer names no legal move) and the prompt that shows it."""
+    teacher's answer names no legal move), the prompt that shows it and, for a game turn, the row's messages before
+    it (its earlier turns with the teacher's replies)."""
 
     state: str
     teacher: int | None
     prompt: str
+    context: tuple[tuple[str, str], ...] = ()
+
+    def chat(self, in_context: bool = False) -> list[dict[str, str]]:
+        """The chat that asks for this move: the prompt alone, or after the row's earlier messages."""
+        earlier = [{"role": role, "content": content} for role, content in self.context] if in_context else []
+        return [*earlier, {"role": "user", "content": self.prompt}]
 
 
 def action_of(state: Any, move: str | None) -> int | None:
@@ -94,9 +103,10 @@ def state_from_board(case: str, board: list[str], seat: int) -> Any:
 
 
 def rows_positions(path: Path, case: str = "tic_tac_toe") -> dict[str, dict[str, Position]]:
-    """{"single rows" | "game turns only": {board key: Position}} from an SFT parquet's rows of ``case``: a row of
-    one user turn is a single-move row; every user turn of a longer row is a game turn. A position shown both ways
-    counts as a single row (its exact prompt was trained on)."""
+    """{"single rows" | "game turns only" | "game turns in context": {board key: Position}} from an SFT parquet's rows
+    of ``case``: a row of one user turn is a single-move row; every user turn of a longer row is a game turn (the last
+    two groups hold the same turns, which carry their row's earlier messages). A position shown both ways counts as a
+    single row (its exact prompt was trained on)."""
     found: dict[str, dict[str, Position]] = {"single rows": {}, "game turns only": {}}
     for row in pq.read_table(path, columns=["messages"]).to_pylist():
         messages = list(row["messages"])
@@ -114,11 +124,12 @@ def rows_positions(path: Path, case: str = "tic_tac_toe") -> dict[str, dict[str,
             if state is None:
                 continue
             answer = _ANSWER.search(messages[i + 1]["content"])
+            context = tuple((m["role"], m["content"]) for m in messages[:i]) if group == "game turns only" else ()
             found[group][key] = Position(state.serialize(), action_of(state, answer.group(1) if answer else None),
-                                         text)
+                                         text, context)
     for key in found["single rows"]:
         found["game turns only"].pop(key, None)
-    return found
+    return found | {"game turns in context": found["game turns only"]}
 
 
 def held_out_positions(case: str, share: float, val_tasks: int, tasks: int,
@@ -217,10 +228,16 @@ def main(argv: list[str] | None = None) -> int:
     backend = TransformersBackend(args.model, None, GenerationSettings(max_new_tokens=16, batch_size=args.batch_size,
                                                                        dtype="float32"))
     results: dict[str, dict[str, Any]] = {}
+    samples: dict[str, list[Position]] = {}
     for group in GROUPS:
         keys = sorted(groups[group])
-        sample = [groups[group][k] for k in rng.sample(keys, min(args.per_group, len(keys)))]
-        replies = backend.generate([[{"role": "user", "content": p.prompt}] for p in sample], [args.seed] * len(sample))
+        in_context = group == "game turns in context"
+        if in_context:  # the same turns as "game turns only", paired (and the held-out sample drawn as before)
+            sample = samples["game turns only"]
+        else:
+            sample = [groups[group][k] for k in rng.sample(keys, min(args.per_group, len(keys)))]
+        samples[group] = sample
+        replies = backend.generate([p.chat(in_context) for p in sample], [args.seed] * len(sample))
         answers = []
         for position, reply in zip(sample, replies):
             match = _ANSWER.search(reply)
