@@ -417,20 +417,24 @@ def test_the_tic_tac_toe_arms_are_the_tactics_arm_on_one_game_raw_and_with_every
     assert configs[0] == configs[1]
 
 
-def test_the_fitted_tic_tac_toe_cold_start_differs_from_its_control_only_in_sft_steps(tmp_path):
-    """smollm2-ttt-fit-base.env: the tic_tac_toe cold start with batches of 32 rows and 4 epochs (300 optimizer steps
-    instead of 36); the same rows, lr and length; its GRPO run file is the control's."""
-    control = files_dry_run(tmp_path, None, base=RUNS / "smollm2-ttt-base.env")
-    fitted = files_dry_run(tmp_path, None, base=RUNS / "smollm2-ttt-fit-base.env")
-    assert fitted["export"] == control["export"]
-    configs = [compose("sft_trainer_engine", overrides_of(stages["sft"][0])) for stages in (control, fitted)]
-    assert (configs[1].data.train_batch_size, configs[1].trainer.total_epochs) == (32, 4)
-    assert (configs[0].data.train_batch_size, configs[0].trainer.total_epochs) == (128, 2)
+def assert_fitted_differs_only_in_sft_batch_and_epochs(tmp_path: Path, control: str, fitted: str) -> None:
+    """Base file ``fitted`` makes the cold start of base file ``control`` from the same rows with the same lr and
+    length, only with batches of 32 rows and 4 epochs instead of 128 and 2."""
+    stages = [files_dry_run(tmp_path, None, base=RUNS / name) for name in (control, fitted)]
+    assert stages[1]["export"] == stages[0]["export"]
+    configs = [compose("sft_trainer_engine", overrides_of(each["sft"][0])) for each in stages]
+    assert [(c.data.train_batch_size, c.trainer.total_epochs) for c in configs] == [(128, 2), (32, 4)]
     plain = [OmegaConf.to_container(cfg) for cfg in configs]
     for config in plain:
         config["data"].pop("train_batch_size")
         config["trainer"].pop("total_epochs")
     assert plain[0] == plain[1]
+
+
+def test_the_fitted_tic_tac_toe_cold_start_differs_from_its_control_only_in_sft_steps(tmp_path):
+    """smollm2-ttt-fit-base.env: the tic_tac_toe cold start with batches of 32 rows and 4 epochs (300 optimizer steps
+    instead of 36); the same rows, lr and length; its GRPO run file is the control's."""
+    assert_fitted_differs_only_in_sft_batch_and_epochs(tmp_path, "smollm2-ttt-base.env", "smollm2-ttt-fit-base.env")
     runs = [files_dry_run(tmp_path, name, base=base, spec=RUNS / f"smollm2-{name}.env", run_dir="same")["grpo"][0]
             for name, base in (("ttt-tactics-grpo100", RUNS / "smollm2-ttt-base.env"),
                                ("ttt-fit-tactics-grpo100", RUNS / "smollm2-ttt-fit-base.env"))]
@@ -469,13 +473,5 @@ def test_the_control_cold_start_is_judged_alone_with_the_fitted_runs_eval(tmp_pa
 def test_the_fitted_two_game_cold_start_differs_from_the_kept_one_only_in_sft_steps(tmp_path):
     """smollm2-boardgames-fit-base.env: the two-game cold start with batches of 32 rows and 4 epochs, as
     smollm2-ttt-fit-base.env fitted tic_tac_toe's; the same rows, lr and length."""
-    kept = files_dry_run(tmp_path, None, base=RUNS / "smollm2-boardgames-base.env")
-    fitted = files_dry_run(tmp_path, None, base=RUNS / "smollm2-boardgames-fit-base.env")
-    assert fitted["export"] == kept["export"]
-    configs = [compose("sft_trainer_engine", overrides_of(stages["sft"][0])) for stages in (kept, fitted)]
-    assert [(c.data.train_batch_size, c.trainer.total_epochs) for c in configs] == [(128, 2), (32, 4)]
-    plain = [OmegaConf.to_container(cfg) for cfg in configs]
-    for config in plain:
-        config["data"].pop("train_batch_size")
-        config["trainer"].pop("total_epochs")
-    assert plain[0] == plain[1]
+    assert_fitted_differs_only_in_sft_batch_and_epochs(tmp_path, "smollm2-boardgames-base.env",
+                                                        "smollm2-boardgames-fit-base.env")

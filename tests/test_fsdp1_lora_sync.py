@@ -17,7 +17,8 @@ import textwrap
 
 from packaging.version import Version
 
-from verl_ext.launch.preflight import FSDP1_UNMERGED_ADAPTER_PEFT, installed_version
+from verl_ext.launch.preflight import FSDP1_UNMERGED_ADAPTER_PEFT
+from verl_ext.patches.registry import installed
 
 from gloo_rank import TRAINED_LORA_QWEN2, run_on_one_rank
 
@@ -62,7 +63,7 @@ def test_fsdp1_unmerged_adapter_is_empty_before_peft_0_22_and_whole_after():
     words = run(UNMERGED).split()
     count = {key: int(words[words.index(key) + 1]) for key in ("ADAPTER", "OWN", "SENT", "SAME")}
     assert count["ADAPTER"] == count["OWN"] == 28  # 7 linears x 2 layers x (A, B): the model has an adapter to send
-    peft_version = installed_version("peft")
+    peft_version = installed("peft")
     if Version(peft_version) < Version(FSDP1_UNMERGED_ADAPTER_PEFT):
         assert count["SENT"] == 0, (f"PEFT {peft_version} now collects the FSDP1 adapter: lower "
                                     "FSDP1_UNMERGED_ADAPTER_PEFT in verl_ext/launch/preflight.py")

@@ -126,23 +126,15 @@ def check_ppo(cfg: Any, check_imports: bool = True, environ: Mapping[str, str] |
 
         problems += check_resident_rollout(cfg)
     if check_imports:  # the PEFT that will run
-        problems += fsdp1_unmerged_adapter_problems(cfg, installed_version("peft"))
+        from verl_ext.patches.registry import installed
+
+        problems += fsdp1_unmerged_adapter_problems(cfg, installed("peft"))
     return problems
 
 
 # The first PEFT whose get_peft_model_state_dict finds the adapter under verl's nested FSDP1 units
 # (tests/test_fsdp1_lora_sync.py: PEFT 0.21 collects 0 of 28 adapter tensors, 0.22 all 28 with the adapter's values).
 FSDP1_UNMERGED_ADAPTER_PEFT = "0.22"
-
-
-def installed_version(package: str) -> str | None:
-    """The installed version of ``package`` (None: not installed)."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version(package)
-    except PackageNotFoundError:
-        return None
 
 
 def fsdp1_unmerged_adapter_problems(cfg: Any, peft_version: str | None) -> list[str]:
