@@ -431,3 +431,30 @@ def test_a_second_recipe_on_the_same_run_folder_is_refused_until_the_first_ends(
     ran = recipe("plot", check=False, RUN_DIR=str(run_dir))
     assert ran.returncode == 2 and "no metrics in" in ran.stderr
     assert (run_dir / ".recipe.owner").read_text().startswith("pid ")
+
+
+def test_whole_game_runs_get_their_signal_check_from_the_train_script(tmp_path):
+    """TASK_MODE=game: the signal stage is the train script's own check of the GRPO stage's overrides
+    (SIGNAL_PRECHECK=only): the run's games, opponents, budgets and rollout temperature, and no launch."""
+    env = {"RUN_DIR": str(tmp_path), "TASK_MODE": "game", "GAME_TYPES": "tic_tac_toe", "COLD_START": "rules",
+           "GAME_OPPONENT": "random:0.5,mcts:50:0.5", "SIGNAL_PROMPTS": "24"}
+    out = recipe("--dry-run", "signal", "grpo", "actor_rollout_ref.rollout.temperature=1.5", **env).stdout
+    stages = stage_commands(out)
+    assert len(stages["signal"]) == 1  # the check only: the run itself is the grpo stage's
+    signal = stages["signal"][0]
+    assert signal[:4] == [sys.executable, "-m", "verl_ext.cli", "signal"]
+
+    def flag(name: str) -> list[str]:
+        return [signal[i + 1] for i, arg in enumerate(signal) if arg == name]
+
+    assert flag("--out") == [str(tmp_path / "signal")] and flag("--prompts") == ["24"]
+    assert flag("--temperature") == ["1.5"] and flag("--max-new-tokens") == ["3584"]
+    assert flag("--max-prompt-length") == ["512"] and flag("--n") == ["8"]
+    from verl_ext.evaluation.signal_check import apply_hydra_overrides
+
+    env_section = apply_hydra_overrides({}, flag("--env-override"))
+    assert env_section["openspiel"]["task_mode"] == "game"
+    assert env_section["openspiel"]["game"]["opponent"] == "random:0.5,mcts:50:0.5"
+    grpo = stages["grpo"]
+    assert len(grpo) == 1 and "verl_ext.launch.ppo_main" in grpo[0]  # SIGNAL_PRECHECK stays off for the run
+    assert "actor_rollout_ref.rollout.temperature=1.5" in grpo[0]

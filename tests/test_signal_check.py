@@ -168,7 +168,7 @@ def test_the_check_keeps_out_of_the_runs_sample_log(tiny_model, tmp_path, monkey
     (["--temperature", "0"], "--temperature: GRPO samples its groups, must be > 0"),
     (["--set", "openspiel.no_such_key=1"], "unknown key 'no_such_key'"),
     (["--set", "no-equals-sign"], "expected KEY=VALUE"),
-    (["--set", "openspiel.task_mode=game"], "full-game rows (openspiel.task_mode game or mixed) are not supported"),
+    (["--max-prompt-length", "0"], "--max-new-tokens / --max-prompt-length: must be >= 1"),
 ])
 def test_bad_input_is_refused_naming_the_value(tiny_model, args, message, capsys):
     assert signal_main(["--model", str(tiny_model), *ENV, *args]) == 2
@@ -255,7 +255,7 @@ def test_dry_run_prints_the_signal_command_with_the_runs_settings():
 def test_an_unknown_precheck_setting_is_refused():
     run = subprocess.run(["bash", str(REPO / "train/scripts/openspiel-ppo.sh"), "--dry-run"], capture_output=True,
                          text=True, env=script_env(SIGNAL_PRECHECK="yes", RUN_PROFILE="smoke"), cwd=REPO)
-    assert run.returncode == 2 and "SIGNAL_PRECHECK must be one of: 0 1 strict; got 'yes'" in run.stderr
+    assert run.returncode == 2 and "SIGNAL_PRECHECK must be one of: 0 1 strict only; got 'yes'" in run.stderr
 
 
 def test_strict_precheck_runs_the_check_and_stops_the_run(tiny_model, tmp_path):

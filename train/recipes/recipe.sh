@@ -335,10 +335,12 @@ stage_hf() {
 
 # Will GRPO see any reward? The start model samples SIGNAL_PROMPTS train prompts ROLLOUT_N times, as the run
 # will; the report (signal/signal.md) gives format, legal/correct rates and the share of groups with signal.
+# Whole games (TASK_MODE=game|mixed): the train script's own pre-check (SIGNAL_PRECHECK=only) builds the check from
+# the GRPO stage's overrides (opponents, budgets, rollout temperature in GRPO_ARGS), so it plays the run's games.
 stage_signal() {
   need "$START/config.json" "$START_STAGE"
   if [[ "${TASK_MODE:-move}" != move ]]; then
-    echo "recipe: the signal check samples single moves and puzzles; TASK_MODE=$TASK_MODE rows are not checked" >&2
+    stage_grpo signal-only
     return 0
   fi
   # after a reference cold start, also how many of GRPO's training prompts are positions SFT taught the answer of
@@ -351,9 +353,11 @@ stage_signal() {
     --out "$RUN_DIR/signal"
 }
 
-stage_grpo() {
+stage_grpo() {  # [signal-only]: the train script's signal check of the run (whole games) instead of the run
   need "$START/config.json" "$START_STAGE"
-  local flag=() script="$SCRIPTS/openspiel-ppo.sh" env_args=() kv
+  local flag=() script="$SCRIPTS/openspiel-ppo.sh" env_args=() kv precheck=("SIGNAL_PRECHECK=${SIGNAL_PRECHECK:-0}")
+  [[ "${1:-}" == signal-only ]] && precheck=(SIGNAL_PRECHECK=only "SIGNAL_PRECHECK_OUT=$RUN_DIR/signal"
+    "SIGNAL_PRECHECK_PROMPTS=$SIGNAL_PROMPTS" "SIGNAL_PRECHECK_BACKEND=$SIGNAL_BACKEND")
   [[ "$DRY_RUN" == "1" ]] && flag=(--dry-run)
   for kv in "${ENV_KV[@]}" ${RL_PART_KV[@]+"${RL_PART_KV[@]}"}; do
     case "$kv" in
@@ -374,7 +378,7 @@ stage_grpo() {
     MAX_RESPONSE_LENGTH="${MAX_RESPONSE_LENGTH:-}" GPU_MEMORY_UTILIZATION="${GPU_MEMORY_UTILIZATION:-0.3}" \
     NUM_TASKS_PER_CASE="${NUM_TASKS_PER_CASE:-$SFT_TASKS_PER_CASE}" EXPERIMENT_NAME=grpo CHECKPOINT_DIR="$GRPO_DIR" \
     LOG_DIR="$LOGS" LOGGERS="${LOGGERS:-[console,file]}" \
-    bash "$script" ${flag[@]+"${flag[@]}"} ${env_args[@]+"${env_args[@]}"} \
+    env "${precheck[@]}" bash "$script" ${flag[@]+"${flag[@]}"} ${env_args[@]+"${env_args[@]}"} \
     "trainer.max_actor_ckpt_to_keep=$GRPO_KEEP_CHECKPOINTS" \
     ${GRPO_OVERRIDES[@]+"${GRPO_OVERRIDES[@]}"}
 }

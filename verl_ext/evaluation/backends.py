@@ -67,7 +67,8 @@ class Backend(Protocol):
 
     name: str
 
-    def generate(self, chats: Sequence[Messages], seeds: Sequence[int]) -> list[str]: ...
+    def generate(self, chats: Sequence[Messages], seeds: Sequence[int],
+                 max_new_tokens: int | None = None) -> list[str]: ...
 
     def close(self) -> None: ...
 
@@ -181,7 +182,9 @@ class TransformersBackend:
         self.eos_token_id = eos
         self.last_token_counts: list[int] = []
 
-    def generate(self, chats: Sequence[Messages], seeds: Sequence[int]) -> list[str]:
+    def generate(self, chats: Sequence[Messages], seeds: Sequence[int],
+                 max_new_tokens: int | None = None) -> list[str]:
+        """One reply per chat of up to ``max_new_tokens`` (default: the settings') tokens."""
         import torch
 
         encoded = [prompt_ids(self.tokenizer, chat) for chat in chats]
@@ -196,7 +199,7 @@ class TransformersBackend:
             batch = order[start:start + size]
             padded = self.tokenizer.pad({"input_ids": [encoded[i] for i in batch]}, padding=True,
                                         return_tensors="pt")
-            kwargs: dict[str, Any] = {"max_new_tokens": self.settings.max_new_tokens,
+            kwargs: dict[str, Any] = {"max_new_tokens": max_new_tokens or self.settings.max_new_tokens,
                                       "pad_token_id": self.tokenizer.pad_token_id,
                                       "eos_token_id": self.eos_token_id}
             kwargs.update(sampling_kwargs(self.settings))
@@ -317,8 +320,9 @@ class VLLMBackend:
         value = getattr(config, "max_model_len", None)
         return int(value) if value else None
 
-    def generate(self, chats: Sequence[Messages], seeds: Sequence[int]) -> list[str]:
-        """Replies of up to ``max_new_tokens``, cut to what the context length leaves after the prompt. A prompt
+    def generate(self, chats: Sequence[Messages], seeds: Sequence[int],
+                 max_new_tokens: int | None = None) -> list[str]:
+        """Replies of up to ``max_new_tokens`` (default: the settings'), cut to what the context length leaves after the prompt. A prompt
         that leaves no room (a long game conversation, ``--game-context game``) gets an empty reply, which the game
         loop rejects like any unparseable one, instead of vLLM's error ending the whole eval; the training agent
         loop likewise stops a game whose tokens outgrow its budget (a truncated game pays 0 by default)."""
@@ -327,8 +331,8 @@ class VLLMBackend:
         greedy = self.settings.temperature <= 0
         limit = self.max_model_len()
         ids = [prompt_ids(self.tokenizer, chat) for chat in chats]
-        room = [self.settings.max_new_tokens if limit is None else min(self.settings.max_new_tokens, limit - len(i))
-                for i in ids]
+        cap = max_new_tokens or self.settings.max_new_tokens
+        room = [cap if limit is None else min(cap, limit - len(i)) for i in ids]
         keep = [k for k, r in enumerate(room) if r > 0]
         if len(keep) < len(ids):
             logger.warning("vLLM: %d of %d prompts leave no room for a reply in the %s-token context; they get an "

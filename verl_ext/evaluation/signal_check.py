@@ -6,9 +6,14 @@ every case is in proportion to the mixture) it samples ``--n`` replies each with
 (``verl_ext.reward.compute_score``). It reports format and valid (legal / correct) rates, the mean score, the share
 of groups whose rewards are not all equal (with a Wilson interval), response lengths and the share at the token
 cap, per case and overall, plus example replies; below ``--threshold`` it prints one warning naming the cures.
+Full-game rows (``openspiel.task_mode=game|mixed``) are played to the end, ``--n`` games per row as the run's agent
+loop plays them (``signal_games.py``); the report adds the share of groups whose games were all the same game.
 
     verl-ext signal --model /models/smollm2 --set 'openspiel.game_types=[tic_tac_toe,connect_four]' \\
         --set openspiel.reward_mode=engine --prompts 64 --n 8 --max-new-tokens 512 --out outputs/signal
+    verl-ext signal --model /models/ttt-sft --set 'openspiel.game_types=[tic_tac_toe]' \
+        --set openspiel.task_mode=game --set openspiel.game.opponent=random:0.5,mcts:50:0.5 \
+        --max-new-tokens 3584 --temperature 1.5 --prompts 32 --out outputs/signal-games
 
 Exit status: 0 (a report, with or without the warning), 2 (bad input, before any model is loaded), 3 (no signal
 under ``--strict``).
@@ -35,6 +40,7 @@ from ..mixture import EnvMixture
 from ..sample_text import printable
 from ..seeding import stable_seed
 from .backends import BACKENDS, DTYPES, GenerationSettings
+from .signal_games import GameBudgets, is_game_row, play_groups
 from .signal_report import EXAMPLE_CHARS, GroupTally, ScoredReply, markdown, no_signal_warning
 
 EXIT_NO_SIGNAL = 3
@@ -63,7 +69,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "applied after --config and --set)")
     p.add_argument("--prompts", type=int, default=64, help="train prompts to sample (one GRPO group each)")
     p.add_argument("--n", type=int, default=8, help="replies per prompt: the run's group size (ROLLOUT_N)")
-    p.add_argument("--max-new-tokens", type=int, default=512, help="the run's response length (MAX_RESPONSE_LENGTH)")
+    p.add_argument("--max-new-tokens", type=int, default=512,
+                   help="the run's response length (MAX_RESPONSE_LENGTH): a reply's cap, or a whole game's budget")
+    p.add_argument("--max-prompt-length", type=int, default=512,
+                   help="the run's prompt length (MAX_PROMPT_LENGTH): with the response length, the context of a "
+                        "self-play opponent in whole games")
     p.add_argument("--temperature", type=float, default=1.0, help="the rollout's temperature (verl: 1.0)")
     p.add_argument("--top-p", type=float, default=1.0, help="the rollout's top_p (verl: 1.0)")
     p.add_argument("--threshold", type=float, default=0.1,
@@ -96,6 +106,9 @@ def check_numbers(args: argparse.Namespace) -> None:
         raise ConfigError(f"--threshold: a share of groups, must be in [0, 1], got {args.threshold}")
     if not 0.0 < args.confidence < 1.0:
         raise ConfigError(f"--confidence: must be in (0, 1), got {args.confidence}")
+    if args.max_new_tokens < 1 or args.max_prompt_length < 1:
+        raise ConfigError(f"--max-new-tokens / --max-prompt-length: must be >= 1, got {args.max_new_tokens} / "
+                          f"{args.max_prompt_length}")
     if args.temperature <= 0:
         raise ConfigError(f"--temperature: GRPO samples its groups, must be > 0, got {args.temperature}")
 
@@ -126,10 +139,6 @@ def training_rows(env_section: dict[str, Any], prompts: int) -> list[dict[str, A
     from ..dataset import DynamicEnvDataset
 
     dataset = DynamicEnvDataset("env://train", tokenizer=None, config={"env": env_section})
-    if dataset.mixture.has_games:
-        raise ConfigError("full-game rows (openspiel.task_mode game or mixed) are not supported by the signal check "
-                          "yet: it samples one reply per prompt, a game needs the agent loop. Check the single-move "
-                          "prompts of the same games with --set openspiel.task_mode=move")
     total = len(dataset)
     if prompts > total:
         print(f"verl-ext signal: the train split has {total} prompts; sampling all of them", file=sys.stderr)
@@ -173,6 +182,23 @@ def score_group(row: dict[str, Any], replies: list[str], tokens: list[int] | Non
                                   valid=bool(result["valid"]), failed=bool(result["failed"]),
                                   tokens=None if tokens is None else int(tokens[k])))
     return scored
+
+
+def sample_all(backend: Any, rows: list[dict[str, Any]], args: argparse.Namespace) -> list[list[ScoredReply]]:
+    """The scored group of every row, in order: single replies for single-move and puzzle rows, whole games
+    (``signal_games.py``) for full-game rows."""
+    games = [i for i, row in enumerate(rows) if is_game_row(row)]
+    singles = [i for i in range(len(rows)) if i not in set(games)]
+    groups: dict[int, list[ScoredReply]] = {}
+    if singles:
+        sampled = sample_groups(backend, [rows[i] for i in singles], args.n, args.seed, not args.no_progress)
+        groups.update(zip(singles, sampled))
+    if games:
+        budgets = GameBudgets(response_length=args.max_new_tokens, prompt_length=args.max_prompt_length)
+        played = play_groups(backend, backend.tokenizer, [rows[i] for i in games], args.n, args.seed, budgets,
+                             not args.no_progress)
+        groups.update(zip(games, played))
+    return [groups[i] for i in range(len(rows))]
 
 
 def sample_groups(backend: Any, rows: list[dict[str, Any]], n: int, seed: int,
@@ -241,7 +267,7 @@ def run(argv: list[str] | None = None) -> int:
     try:
         loaded = time.perf_counter()
         with no_sample_log():
-            groups = sample_groups(backend, rows, args.n, args.seed, not args.no_progress)
+            groups = sample_all(backend, rows, args)
     finally:
         backend.close()
     cases, overall, examples = summarise(rows, groups, args.max_new_tokens, args.confidence)
@@ -249,7 +275,8 @@ def run(argv: list[str] | None = None) -> int:
     report = {
         "schema_version": SCHEMA_VERSION,
         "settings": {"model": head, "model_path": spec.path, "adapter": spec.adapter, "backend": backend.name,
-                     "prompts": len(rows),
+                     "prompts": len(rows), "game_rows": sum(is_game_row(row) for row in rows),
+                     "max_prompt_length": args.max_prompt_length,
                      "n": args.n, "max_new_tokens": args.max_new_tokens, "temperature": args.temperature,
                      "top_p": args.top_p, "seed": args.seed, "threshold": args.threshold,
                      "confidence": args.confidence},

@@ -23,7 +23,8 @@ EXAMPLE_CHARS = 400
 
 @dataclass(frozen=True)
 class ScoredReply:
-    """One sampled reply and what the training reward made of it (``tokens`` is None when not known)."""
+    """One sampled reply (or whole game) and what the training reward made of it (``tokens`` is None when not
+    known; ``moves``, for a whole game, every answer the policy named in it, None for a single reply)."""
 
     reply: str
     score: float
@@ -31,6 +32,7 @@ class ScoredReply:
     valid: bool
     failed: bool
     tokens: int | None
+    moves: tuple[str, ...] | None = None
 
 
 def has_signal(scores: Sequence[float]) -> bool:
@@ -65,6 +67,8 @@ class GroupTally:
     group_stds: list[float] = field(default_factory=list)
     tokens: list[int] = field(default_factory=list)
     at_cap: int = 0
+    game_groups: int = 0
+    identical_games: int = 0  # game groups whose games all named the very same moves
 
     def add(self, group: Sequence[ScoredReply], max_new_tokens: int) -> None:
         """Count one group of scored replies; a reply of ``max_new_tokens`` tokens or more hit the cap."""
@@ -76,6 +80,9 @@ class GroupTally:
         else:
             self.no_signal[kind] += 1
         self.group_stds.append(statistics.pstdev(scores))
+        if all(r.moves is not None for r in group):
+            self.game_groups += 1
+            self.identical_games += int(len({r.moves for r in group}) == 1)
         for reply in group:
             self.replies += 1
             self.format_ok += int(reply.format_ok)
@@ -100,6 +107,8 @@ class GroupTally:
             "mean_response_tokens": mean_or_none([float(t) for t in self.tokens]),
             "hit_token_cap": proportion(self.at_cap, len(self.tokens), confidence) if self.tokens else None,
             "reward_failures": self.failed,
+            "identical_games": (proportion(self.identical_games, self.game_groups, confidence)
+                                if self.game_groups else None),
         }
 
 
@@ -127,6 +136,10 @@ def no_signal_warning(overall: dict[str, Any], threshold: float, max_new_tokens:
                   "a different prompt or system prompt (SYSTEM_PROMPT / data.env.system_prompt; the example "
                   "replies show what the model writes)",
                   "easier tasks"]
+    same = overall.get("identical_games")
+    if same and same["rate"] is not None and same["rate"] >= 0.5:
+        cures.insert(0, f"a higher rollout temperature ({_pct(same)} of the groups played the very same game "
+                        "n times: actor_rollout_ref.rollout.temperature=T in the run, --temperature here)")
     if cap is not None and cap["rate"] is not None and cap["rate"] >= CAP_SHARE_NOTE:
         cures.append(f"a larger response budget (MAX_RESPONSE_LENGTH / --max-new-tokens, now {max_new_tokens})")
     return f"WARNING: GRPO will see (almost) no signal. {facts}. Cures: " + "; ".join(cures) + "."
@@ -153,6 +166,16 @@ def _row(name: str, s: dict[str, Any]) -> str:
             f"| {_pct(s['hit_token_cap'])} |")
 
 
+def _games_line(st: dict[str, Any]) -> list[str]:
+    """What a group is for full-game rows (none for single moves and puzzles)."""
+    if not st.get("game_rows"):
+        return []
+    return [f"{st['game_rows']} of the {st['prompts']} prompts are whole games: a group is {st['n']} games of the "
+            f"same deal against the opponent its seed draws, scored by the training reward; a game's response (the "
+            f"trained seat's replies and later messages) gets up to {st['max_new_tokens']} tokens, each reply the "
+            "game's max_tokens_per_turn.", ""]
+
+
 def _overlap_lines(overlap: dict[str, Any] | None) -> list[str]:
     """The training prompts that are cold-start positions, per case (cold_start_overlap.py), and its note."""
     if not overlap:
@@ -176,6 +199,7 @@ def markdown(report: dict[str, Any], with_warning: bool = True) -> str:
              f"{model}, backend {st['backend']}: {st['prompts']} train prompts x {st['n']} replies, temperature "
              f"{st['temperature']:g}, top_p {st['top_p']:g}, up to {st['max_new_tokens']} new tokens, seed "
              f"{st['seed']} ({report['elapsed_s']:.1f} s with the model load).", "",
+             *_games_line(st),
              "| case | groups | groups with signal (95 % CI) | format | valid | mean score | mean tokens | at cap |",
              "|---|---|---|---|---|---|---|---|"]
     lines += [_row(case, summary) for case, summary in report["cases"].items()]
@@ -183,6 +207,10 @@ def markdown(report: dict[str, Any], with_warning: bool = True) -> str:
     none = report["overall"]["groups_without_signal"]
     lines.append(f"Groups without signal: {none['all_zero']} all scored 0, {none['all_full']} all scored 1, "
                  f"{none['all_equal']} all scored some other equal value.")
+    same = report["overall"].get("identical_games")
+    if same:
+        lines.append(f"Groups whose {st['n']} games were the very same game (every move alike): {same['k']} of "
+                     f"{same['n']} ({_pct(same)}).")
     if report["overall"]["reward_failures"]:
         lines.append(f"Reward failures (scored 0): {report['overall']['reward_failures']}.")
     if report["warning"]:

@@ -33,13 +33,13 @@ from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopOutp
 from verl.utils.profiler import simple_timer
 
 from ..envs.config import to_plain
-from ..envs.episode import EpisodeEnv
-from ..envs.game_settings import GameSettings
-from ..envs.registry import cached_env
 from ..envs.system_prompt import system_prompt_of, with_system_prompt
 from . import RECORD_FIELD
 from .match import Match, MatchRules, Message
+from .setup import GameSetup, game_setup
 from .turn_tokens import template_builder
+
+__all__ = ["GameAgentLoop", "GameSetup", "game_setup", "turn_end_id"]
 
 logger = logging.getLogger(__name__)
 _TURN_END_IDS: dict[int, int | None] = {}
@@ -65,30 +65,6 @@ def turn_end_id(tokenizer: Any) -> int | None:
             logger.warning("could not find the end-of-turn token from the chat template; using EOS", exc_info=True)
         _TURN_END_IDS[key] = token
     return _TURN_END_IDS[key]
-
-
-@dataclass(frozen=True)
-class GameSetup:
-    """What a game row says about its game (``extra_info`` written by ``verl_ext.mixture.task_row``)."""
-
-    adapter: EpisodeEnv
-    settings: GameSettings
-    case: str
-    seed: int
-    seat: int
-
-
-def game_setup(extra_info: Any) -> GameSetup:
-    """The adapter and game of a row; a clear error for a row that is not a verl-ext game row."""
-    info = to_plain(extra_info) if extra_info is not None else {}
-    if not isinstance(info, dict) or info.get("mode") != "game":
-        raise ValueError(f"the verl_ext_game agent loop got a row that is not a full-game row (extra_info.mode="
-                         f"{info.get('mode') if isinstance(info, dict) else None!r}); only rows made with "
-                         "data.env.<env>.task_mode=game|mixed name this agent loop")
-    adapter = cached_env(str(info["env"]), str(info.get("env_config") or ""))
-    if not isinstance(adapter, EpisodeEnv) or not isinstance(getattr(adapter, "game_settings", None), GameSettings):
-        raise ValueError(f"env {info['env']!r} does not play full games")
-    return GameSetup(adapter, adapter.game_settings, str(info["case"]), int(info["seed"]), int(info["seat"]))
 
 
 @dataclass

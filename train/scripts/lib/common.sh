@@ -535,10 +535,11 @@ require_python() {
 # SIGNAL_PRECHECK (docs/training.md "Will this run learn? (signal check)"): 1 runs `verl-ext signal` before a GRPO
 # launch with the run's model (and LoRA adapter), data.env settings, response length, group size and rollout
 # temperature/top_p, read from the main_ppo overrides, and prints its report (one model load; ROLLOUT_N x
-# SIGNAL_PRECHECK_PROMPTS replies); strict also stops the run (exit 3) when too few GRPO groups would have rewards
-# that differ; 0 (default) skips it. The report lands next to the run's log (<run>.signal/signal.{json,md}).
+# SIGNAL_PRECHECK_PROMPTS replies, or whole games with TASK_MODE=game|mixed); strict also stops the run (exit 3) when too few GRPO groups would have rewards
+# that differ; only runs the check and stops there (the recipe's signal stage for whole games); 0 (default) skips it.
+# The report lands next to the run's log (<run>.signal/signal.{json,md}) or in SIGNAL_PRECHECK_OUT.
 signal_precheck_command() {  # SIGNAL_CMD=(the command) for: OUT_DIR OVERRIDE...
-  local out="$1" arg key value model="" adapter="" n="" length="" temperature="" top_p=""
+  local out="$1" arg key value model="" adapter="" n="" length="" prompt_length="" temperature="" top_p=""
   shift
   local sets=()
   for arg in "$@"; do
@@ -551,6 +552,7 @@ signal_precheck_command() {  # SIGNAL_CMD=(the command) for: OUT_DIR OVERRIDE...
       actor_rollout_ref.model.lora_adapter_path) adapter="$value" ;;
       actor_rollout_ref.rollout.n) n="$value" ;;
       data.max_response_length) length="$value" ;;
+      data.max_prompt_length) prompt_length="$value" ;;
       actor_rollout_ref.rollout.temperature) temperature="$value" ;;
       actor_rollout_ref.rollout.top_p) top_p="$value" ;;
     esac
@@ -561,6 +563,7 @@ signal_precheck_command() {  # SIGNAL_CMD=(the command) for: OUT_DIR OVERRIDE...
   [[ -n "$adapter" ]] && SIGNAL_CMD+=(--adapter "$adapter")
   [[ -n "$n" ]] && SIGNAL_CMD+=(--n "$n")
   [[ -n "$length" ]] && SIGNAL_CMD+=(--max-new-tokens "$length")
+  [[ -n "$prompt_length" ]] && SIGNAL_CMD+=(--max-prompt-length "$prompt_length")
   [[ -n "$temperature" ]] && SIGNAL_CMD+=(--temperature "$temperature")
   [[ -n "$top_p" ]] && SIGNAL_CMD+=(--top-p "$top_p")
   [[ "$SIGNAL_PRECHECK" == strict ]] && SIGNAL_CMD+=(--strict)
@@ -571,7 +574,7 @@ signal_precheck_command() {  # SIGNAL_CMD=(the command) for: OUT_DIR OVERRIDE...
 run_signal_precheck() {
   local run="$1" rc
   shift
-  signal_precheck_command "$run.signal" "$@"
+  signal_precheck_command "${SIGNAL_PRECHECK_OUT:-$run.signal}" "$@"
   echo "signal pre-check (SIGNAL_PRECHECK=$SIGNAL_PRECHECK): $(printf '%q ' "${SIGNAL_CMD[@]}")" | tee -a "$run.log"
   set +e
   "${SIGNAL_CMD[@]}" 2>&1 | tee -a "$run.log"
@@ -614,7 +617,7 @@ launch() {
   # a machine's first run: 19.7 s of start-up on the H100, docs/runs/2026-11-26-h100-smoke-levers/NOTES.md, section 0q) starts in the background at launch and
   # fills vLLM's model-info cache (verl_ext/launch/vllm_model_info.py); off: vLLM's server inspects when it starts
   require_choice ROLLOUT_MODEL_INFO "${ROLLOUT_MODEL_INFO:=warm}" warm off
-  require_choice SIGNAL_PRECHECK "${SIGNAL_PRECHECK:=0}" 0 1 strict
+  require_choice SIGNAL_PRECHECK "${SIGNAL_PRECHECK:=0}" 0 1 strict only
   local precheck=0
   [[ "$config_name" == ppo_trainer && "$SIGNAL_PRECHECK" != 0 ]] && precheck=1
   local warm_model_info=0
@@ -633,12 +636,18 @@ launch() {
   local cmd=("${launcher[@]}" -m "$module" ${options[@]+"${options[@]}"} "$@")
   if [[ "$DRY_RUN" == "1" ]]; then
     if (( precheck )); then
-      signal_precheck_command "$LOG_DIR/${EXPERIMENT_NAME:-run}-$(date +%Y%m%d-%H%M%S).signal" "$@"
+      signal_precheck_command "${SIGNAL_PRECHECK_OUT:-$LOG_DIR/${EXPERIMENT_NAME:-run}-$(date +%Y%m%d-%H%M%S).signal}" "$@"
       printf '%q ' "${SIGNAL_CMD[@]}"
       printf '\n'
+      [[ "$SIGNAL_PRECHECK" == only ]] && return 0
     fi
     printf '%q ' "${cmd[@]}"
     printf '\n'
+    return 0
+  fi
+  if (( precheck )) && [[ "$SIGNAL_PRECHECK" == only ]]; then  # the check alone: no Ray, no rollout engine
+    mkdir -p "$LOG_DIR"
+    run_signal_precheck "$LOG_DIR/${EXPERIMENT_NAME:-run}-$(date +%Y%m%d-%H%M%S)" "$@"
     return 0
   fi
   if [[ "$config_name" == ppo_trainer ]]; then
