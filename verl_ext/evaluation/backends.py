@@ -81,9 +81,10 @@ def generated_length(row: Sequence[int], stop_ids: set[int]) -> int:
     return len(row)
 
 
-def prompt_ids(tokenizer: Any, messages: Messages) -> list[int]:
-    """Token ids of the chat prompt, as verl builds them for training rollouts."""
-    ids = tokenizer.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=True,
+def prompt_ids(tokenizer: Any, messages: Messages, add_generation_prompt: bool = True) -> list[int]:
+    """Token ids of the chat prompt, as verl builds them for training rollouts (without the generation prompt: the
+    conversation as it stands)."""
+    ids = tokenizer.apply_chat_template(list(messages), add_generation_prompt=add_generation_prompt, tokenize=True,
                                         return_dict=False)
     if hasattr(ids, "keys"):
         ids = ids["input_ids"]

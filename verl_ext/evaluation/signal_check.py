@@ -188,7 +188,7 @@ def sample_all(backend: Any, rows: list[dict[str, Any]], args: argparse.Namespac
     """The scored group of every row, in order: single replies for single-move and puzzle rows, whole games
     (``signal_games.py``) for full-game rows."""
     games = [i for i, row in enumerate(rows) if is_game_row(row)]
-    singles = [i for i in range(len(rows)) if i not in set(games)]
+    singles = [i for i, row in enumerate(rows) if not is_game_row(row)]
     groups: dict[int, list[ScoredReply]] = {}
     if singles:
         sampled = sample_groups(backend, [rows[i] for i in singles], args.n, args.seed, not args.no_progress)

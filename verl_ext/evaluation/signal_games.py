@@ -24,7 +24,7 @@ from typing import Any
 
 from ..envs.system_prompt import system_prompt_of, with_system_prompt
 from ..games import RECORD_FIELD
-from ..games.match import Match, MatchRules, Message, TurnRequest
+from ..games.match import Match, Message, TurnRequest
 from ..games.setup import GameSetup, game_setup
 from ..seeding import stable_seed
 from .backends import prompt_ids
@@ -63,23 +63,22 @@ class GameBudgets:
     prompt_length: int
 
 
+@dataclass(frozen=True)
 class _Turn:
-    """A pending turn: the game, the request, the chat to send and the room the reply has."""
+    """A pending turn: the game, the request, the chat to send and the most tokens its reply may have."""
 
-    def __init__(self, game: _Game, request: TurnRequest, chat: list[Message], room: int) -> None:
-        self.game, self.request, self.chat, self.room = game, request, chat, room
+    game: _Game
+    request: TurnRequest
+    chat: list[Message]
+    room: int
 
 
 def _start(rows: Sequence[dict[str, Any]], n: int) -> list[_Game]:
     games = []
     for g, row in enumerate(rows):
-        for k in range(n):
-            setup = game_setup(row["extra_info"])
-            episode = setup.adapter.start_episode(setup.case, setup.seed, setup.seat)
-            match = Match(episode, setup.settings.opponent_for(setup.seed, setup.case),
-                          MatchRules.from_settings(setup.settings))
-            match.record.move_credit = setup.settings.move_credit
-            games.append(_Game(g, k, setup, match, system_prompt_of(setup.adapter)))
+        setup = game_setup(row["extra_info"])
+        system_prompt = system_prompt_of(setup.adapter)
+        games += [_Game(g, k, setup, setup.new_match(), system_prompt) for k in range(n)]
     return games
 
 
@@ -88,25 +87,20 @@ def _turn(game: _Game, request: TurnRequest, tokenizer: Any, budgets: GameBudget
     chat = with_system_prompt(request.messages, game.system_prompt)
     length = len(prompt_ids(tokenizer, chat))
     first = game.first_prompt_tokens.setdefault(request.player, length)
-    per_turn = game.setup.settings.max_tokens_per_turn
     if request.learner:
         game.response_tokens = length - first
         room = budgets.response_length - game.response_tokens
-        if game.response_tokens > 0 and room <= 0:
-            return None
     else:
         room = budgets.prompt_length + budgets.response_length - length
-        if room <= 0:
-            return None
-    return _Turn(game, request, chat, min(per_turn, room) if room > 0 else per_turn)
+    if room <= 0:
+        return None
+    return _Turn(game, request, chat, min(game.setup.settings.max_tokens_per_turn, room))
 
 
-def _cut(reply: str, room: int, tokenizer: Any) -> tuple[str, int]:
-    """The reply cut to ``room`` tokens (as the agent loop's ``max_tokens`` cuts it) and its token count."""
+def _cut(reply: str, room: int, tokenizer: Any) -> str:
+    """The reply cut to ``room`` tokens, as the agent loop's ``max_tokens`` cuts it."""
     ids = tokenizer.encode(reply, add_special_tokens=False)
-    if len(ids) <= room:
-        return reply, len(ids)
-    return tokenizer.decode(ids[:room], skip_special_tokens=True), room
+    return reply if len(ids) <= room else tokenizer.decode(ids[:room], skip_special_tokens=True)
 
 
 def play_groups(backend: Any, tokenizer: Any, rows: Sequence[dict[str, Any]], n: int, seed: int,
@@ -136,7 +130,7 @@ def play_groups(backend: Any, tokenizer: Any, rows: Sequence[dict[str, Any]], n:
                                      t.request.moves_played, t.request.attempt) for t in batch]
                 replies = backend.generate([t.chat for t in batch], seeds, max_new_tokens=cap)
                 for turn, reply in zip(batch, replies):
-                    reply, _ = _cut(reply, turn.room, tokenizer)
+                    reply = _cut(reply, turn.room, tokenizer)
                     if turn.request.learner:
                         turn.game.replies.append(reply)
                     turn.game.match.submit(reply)
@@ -178,7 +172,5 @@ def _final_tokens(game: _Game, tokenizer: Any) -> int:
     if seat not in game.first_prompt_tokens:
         return 0
     chat = with_system_prompt(game.match.conversation(seat), game.system_prompt)
-    rendered = tokenizer.apply_chat_template(list(chat), tokenize=True, return_dict=False)
-    if hasattr(rendered, "keys"):
-        rendered = rendered["input_ids"]
+    rendered = prompt_ids(tokenizer, chat, add_generation_prompt=False)
     return max(0, len(rendered) - game.first_prompt_tokens[seat])

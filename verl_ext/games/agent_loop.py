@@ -35,7 +35,7 @@ from verl.utils.profiler import simple_timer
 from ..envs.config import to_plain
 from ..envs.system_prompt import system_prompt_of, with_system_prompt
 from . import RECORD_FIELD
-from .match import Match, MatchRules, Message
+from .match import Match, Message
 from .setup import GameSetup, game_setup
 from .turn_tokens import template_builder
 
@@ -94,10 +94,7 @@ class GameAgentLoop(AgentLoopBase):
 
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
         setup = game_setup(kwargs.get("extra_info"))
-        episode = setup.adapter.start_episode(setup.case, setup.seed, setup.seat)
-        opponent = setup.settings.opponent_for(setup.seed, setup.case)
-        match = Match(episode, opponent, MatchRules.from_settings(setup.settings))
-        match.record.move_credit = setup.settings.move_credit  # the advantage patch reads it from the record
+        match = setup.new_match()
         with_logprobs = bool(sampling_params.get("logprobs"))
         learner = _Context(uuid4().hex, logprobs=[] if with_logprobs else None)
         opponents: dict[int, _Context] = {}

@@ -13,6 +13,7 @@ from ..envs.config import to_plain
 from ..envs.episode import EpisodeEnv
 from ..envs.game_settings import GameSettings
 from ..envs.registry import cached_env
+from .match import Match, MatchRules
 
 
 @dataclass(frozen=True)
@@ -24,6 +25,15 @@ class GameSetup:
     case: str
     seed: int
     seat: int
+
+    def new_match(self) -> Match:
+        """A fresh game of this deal against the opponent its seed draws, under the settings' rules (the record
+        carries the settings' ``move_credit``, which the advantage patch reads)."""
+        episode = self.adapter.start_episode(self.case, self.seed, self.seat)
+        opponent = self.settings.opponent_for(self.seed, self.case)
+        match = Match(episode, opponent, MatchRules.from_settings(self.settings))
+        match.record.move_credit = self.settings.move_credit
+        return match
 
 
 def game_setup(extra_info: Any) -> GameSetup:
