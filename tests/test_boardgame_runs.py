@@ -475,3 +475,26 @@ def test_the_fitted_two_game_cold_start_differs_from_the_kept_one_only_in_sft_st
     smollm2-ttt-fit-base.env fitted tic_tac_toe's; the same rows, lr and length."""
     assert_fitted_differs_only_in_sft_batch_and_epochs(tmp_path, "smollm2-boardgames-base.env",
                                                         "smollm2-boardgames-fit-base.env")
+
+
+def test_the_spread_cold_start_is_the_fitted_one_taught_by_a_teacher_that_varies(tmp_path):
+    """smollm2-ttt-spread-base.env: smollm2-ttt-fit-base.env's cold start (same rows, batch, epochs, lr) with the
+    export's answers drawn within 0.1 of the engine's best (openspiel.reference_margin, in train and val rows alike);
+    its GRPO run is the tactics run, and the smaller plan's file runs the signal check and judges the cold start
+    alone with that run's settings."""
+    fitted, spread = (files_dry_run(tmp_path, None, base=RUNS / name)
+                      for name in ("smollm2-ttt-fit-base.env", "smollm2-ttt-spread-base.env"))
+    assert spread["sft"] == fitted["sft"]
+    for theirs, ours in zip(fitted["export"], spread["export"], strict=True):
+        at = ours.index("openspiel.reference_margin=0.1")
+        assert ours[at - 1] == "--set" and ours[:at - 1] + ours[at + 1:] == theirs
+    runs = {name: files_dry_run(tmp_path, name, base=base, spec=RUNS / f"smollm2-{name}.env", run_dir="same")
+            for name, base in (("ttt-tactics-grpo100", RUNS / "smollm2-ttt-base.env"),
+                               ("ttt-spread-tactics-grpo100", RUNS / "smollm2-ttt-spread-base.env"),
+                               ("ttt-spread-coldstart", RUNS / "smollm2-ttt-spread-base.env"))}
+    assert runs["ttt-spread-tactics-grpo100"]["grpo"] == runs["ttt-tactics-grpo100"]["grpo"]
+    smaller = runs["ttt-spread-coldstart"]
+    assert list(smaller) == ["signal", "eval"]
+    eval_argv = smaller["eval"][0]
+    models = [m.split("=")[0] for m in eval_argv[eval_argv.index("--models") + 1:eval_argv.index("--suites")]]
+    assert models == ["sft", "random"]

@@ -22,7 +22,7 @@
 # (a time limit, a lost node) is simply run again: SFT and GRPO resume from their last checkpoint.
 # --dry-run prints what each stage would run (the verl commands via the train scripts' own --dry-run).
 # Knobs (environment, defaults below; docs/learning.md): RUN_DIR MODEL MODEL_WHEEL COLD_START GAME_TYPES
-# LOGIC_CASES ENV_OVERRIDES COLD_START_CONTENTS COLD_START_SHARE GRPO_TRAIN_PART GRPO_POSITIONS MODEL_SHAPE SFT_TASKS_PER_CASE SFT_GAME_SHARE SFT_GAME_OPPONENT VAL_TASKS_PER_CASE EXPORT_JOBS SFT_EPOCHS SFT_LR
+# LOGIC_CASES ENV_OVERRIDES COLD_START_CONTENTS COLD_START_SHARE GRPO_TRAIN_PART GRPO_POSITIONS MODEL_SHAPE SFT_TASKS_PER_CASE SFT_GAME_SHARE SFT_GAME_OPPONENT SFT_REFERENCE_MARGIN VAL_TASKS_PER_CASE EXPORT_JOBS SFT_EPOCHS SFT_LR
 # SFT_BATCH_SIZE SIGNAL_PROMPTS GRPO_STEPS GRPO_LORA GRPO_LR GRPO_REWARD_MODE GRPO_SAVE_FREQ GRPO_KEEP_CHECKPOINTS
 # GRPO_TEST_FREQ CURVE_EVERY EVAL_SUITES EVAL_GAMES EVAL_OPPONENTS EVAL_GAME_CONTEXT EVAL_ILLEGAL_RETRIES EVAL_BASE_MODEL EVAL_COLD_START_MODEL EVAL_GRPO_MODEL EVAL_TRAINING_POSITIONS EVAL_BACKEND
 # EVAL_GENERATION_LENGTH EVAL_TEMPERATURE EVAL_VLLM_GPU_MEMORY_UTILIZATION EVAL_VLLM_KV_CACHE_MEMORY_BYTES; any
@@ -78,6 +78,22 @@ else : "${SFT_GAME_SHARE:=0}"; fi
 # last 10.2 turns instead of 7.1 and 22 % of the turns have one (CPU, 2026-11-27): the situation in which the first
 # whole-game cold start forfeited 22.5 % of its games (docs/runs/2026-11-27-h200x2-smollm2-lr1e4-wholegame/).
 : "${SFT_GAME_OPPONENT:=}"
+# SFT_REFERENCE_MARGIN (COLD_START=reference, board games): 0 teaches the engine's one best move; > 0 a move drawn per
+# row (per turn in whole games) among the moves the engine values within that margin of its best
+# (openspiel.reference_margin), so that a cold start fitted to its rows still varies its moves and GRPO keeps groups
+# with signal; in tic_tac_toe only moves that keep the exact value. tic_tac_toe's teacher at 0.1
+# (bench/learning/teacher_spread.py, docs/learning.md, "A teacher that varies its moves"): wins 91.5 % against random
+# (0: 92.0 %) and never loses (0: 92 % wins + draws against MCTS(50)), its first move spread over four, and a player
+# that had learnt it would find signal in 30 % of its GRPO groups (0: none).
+: "${SFT_REFERENCE_MARGIN:=0}"
+if ! [[ "$SFT_REFERENCE_MARGIN" =~ ^(0(\.[0-9]+)?|1(\.0+)?|\.[0-9]+)$ ]]; then
+  echo "SFT_REFERENCE_MARGIN: must be a number in [0, 1] (0: the engine's best move only), got '$SFT_REFERENCE_MARGIN'" >&2
+  exit 2
+fi
+if [[ "$SFT_REFERENCE_MARGIN" != 0 && "$COLD_START" != reference ]]; then
+  echo "SFT_REFERENCE_MARGIN=$SFT_REFERENCE_MARGIN spreads the engine's moves: it needs COLD_START=reference, not $COLD_START" >&2
+  exit 2
+fi
 if [[ "$MODEL_KIND" == blank ]]; then
   # SFT: full fine-tune of the blank model; fp32 master weights (verl's default), cosine decay after a warm-up.
   : "${SFT_TASKS_PER_CASE:=10000}" "${SFT_EPOCHS:=5}" "${SFT_LR:=1e-3}"
@@ -305,6 +321,7 @@ stage_export() {
                 --answers "$answers" --jobs "$EXPORT_JOBS" --no-progress)
   [[ -n "$GAME_TYPES" ]] && common+=(--set "openspiel.num_tasks_per_case=$SFT_TASKS_PER_CASE")
   [[ -n "$LOGIC_CASES" ]] && common+=(--set "logic.num_tasks_per_case=$SFT_TASKS_PER_CASE")
+  [[ -n "$GAME_TYPES" && "$SFT_REFERENCE_MARGIN" != 0 ]] && common+=(--set "openspiel.reference_margin=$SFT_REFERENCE_MARGIN")
   if [[ "$SFT_GAME_SHARE" != "0" ]]; then
     common+=(--set openspiel.task_mode=mixed --set "openspiel.game_share=$SFT_GAME_SHARE")
     [[ -n "$SFT_GAME_OPPONENT" ]] && common+=(--set "openspiel.game.opponent=$SFT_GAME_OPPONENT")

@@ -25,7 +25,7 @@ from .cfr_policy import DEFAULT_ITERATIONS as DEFAULT_CFR_ITERATIONS
 from .cfr_policy import DEFAULT_SOLVER, MAX_ITERATIONS, cfr_policy, cfr_problem
 from .config import ConfigError, from_mapping
 from .episode import MoveCheck, Opponent, UtilityRange
-from .exact_values import exact_move_values, exact_problem, exact_problem_of
+from .exact_values import best_actions, exact_move_values, exact_problem, exact_problem_of
 from .game_settings import GameSettings
 from .openspiel_episode import OpenSpielEpisode
 from .openspiel_rules import legal_move_actions, load_game, match_move, normalised_return
@@ -98,6 +98,11 @@ class OpenSpielConfig:
     game_share: float = 0.5
     game: dict | None = None
     reference_cfr_iterations: int = DEFAULT_CFR_ITERATIONS
+    # perfect information: 0 teaches the engine's one best move (the same move every time a position recurs);
+    # > 0 a move drawn (seeded by the task, or the game and turn) among the moves valued within this margin of
+    # the best that keep the exact value where it can be searched (``good_moves``), so that a cold start fitted to
+    # its rows still varies its moves
+    reference_margin: float = 0.0
 
     def validate(self, where: str) -> None:
         positive = ("num_tasks_per_case", "outcome_playouts", "mcts_simulations", "mcts_rollouts",
@@ -110,6 +115,9 @@ class OpenSpielConfig:
         if not 0 < self.reference_cfr_iterations <= MAX_ITERATIONS:
             raise ConfigError(f"{where}.reference_cfr_iterations: must be in 1..{MAX_ITERATIONS}, got "
                               f"{self.reference_cfr_iterations!r}")
+        if not (isinstance(self.reference_margin, (int, float)) and 0.0 <= self.reference_margin <= 1.0):
+            raise ConfigError(f"{where}.reference_margin: must be a number in [0, 1] (0: the engine's best move "
+                              f"only), got {self.reference_margin!r}")
         if not 0.0 <= self.format_weight < 1.0:
             raise ConfigError(f"{where}.format_weight: must be in [0, 1), got {self.format_weight!r}")
         if not 0.0 < self.game_share < 1.0:
@@ -702,10 +710,34 @@ class OpenSpielAdapter:
                           key=lambda a: (values.get(a, 0.0), a in wins_now, tie_break.get(a, 0.0), -a))
         return next(move for move, action in position.moves.items() if action == best_action)
 
+    def good_moves(self, case: str, state_str: str, margin: float) -> list[str]:
+        """The moves a teacher that varies may play, in action order: those the engine values within ``margin`` of
+        its best move (the ones the engine reward, ``task_scores``, pays at least 1 - ``margin``). Where the game
+        can be searched to the end (``exact_values.best_actions``: tic_tac_toe), only those that keep the exact
+        value, or the engine's favourite among the value-keeping moves when none within the margin does. Where a
+        move wins on the board, the winning moves only (the search values a proven later win like one now, and a
+        teacher that passes up a win teaches a small model not to take it)."""
+        position = self._position(case, state_str)
+        tactics = one_ply(case, state_str)
+        if tactics is not None and tactics.winning:
+            return [move for move, action in sorted(position.moves.items(), key=lambda item: item[1])
+                    if action in tactics.winning]
+        if load_game(case).get_type().reward_model == pyspiel.GameType.RewardModel.TERMINAL:
+            values = self._analysis(case, state_str, position)
+        else:
+            values = self._outcomes_table(case, state_str, position)
+        top = max(values.get(a, 0.0) for a in position.moves.values())
+        chosen = {a for a in position.moves.values() if values.get(a, 0.0) >= top - margin}
+        keeping = best_actions(case, position.state)
+        if keeping:
+            chosen = (chosen & keeping) or {max(keeping, key=lambda a: (values.get(a, 0.0), -a))}
+        return [move for move, action in sorted(position.moves.items(), key=lambda item: item[1]) if action in chosen]
+
     def reference_move(self, case: str, state: pyspiel.State, seed: int) -> str:
         """The move SFT answers and whole-game demonstrations teach, for the player to move at ``state``.
 
-        Perfect information: the engine's move (``best_move``). Imperfect information never reads hidden cards:
+        Perfect information: the engine's move (``best_move``); with ``reference_margin`` > 0 a move drawn
+        (``random.Random(seed)``) among ``good_moves`` within that margin. Imperfect information never reads hidden cards:
         a move drawn (``random.Random(seed)``) from OpenSpiel's CFR+ average policy at the player's information
         state where one is offered (``cfr_policy.cfr_problem``: kuhn_poker, leduc_poker, holdem_small; solved once
         with ``reference_cfr_iterations`` and cached), else a uniformly random legal move (Hanabi, large
@@ -715,6 +747,8 @@ class OpenSpielAdapter:
         player = state.current_player()
         rng = random.Random(seed)
         if load_game(case).get_type().information == pyspiel.GameType.Information.PERFECT_INFORMATION:
+            if self.config.reference_margin > 0:
+                return rng.choice(self.good_moves(case, state.serialize(), self.config.reference_margin))
             return self.best_move(case, state.serialize())
         if _offers_cfr(case):
             solved = cfr_policy(case, DEFAULT_SOLVER, self.config.reference_cfr_iterations)
