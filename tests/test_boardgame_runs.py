@@ -14,6 +14,7 @@ from omegaconf import OmegaConf
 from verl_ext.evaluation.arena import parse_opponents
 from verl_ext.evaluation.cli import parse_args, resolve_suites, single_move_section
 from verl_ext.launch.preflight import check_ppo, compose
+from verl_ext.export import load_env_section
 from verl_ext.mixture import EnvMixture
 
 from test_card_runs import dry_run as files_dry_run
@@ -498,3 +499,18 @@ def test_the_spread_cold_start_is_the_fitted_one_taught_by_a_teacher_that_varies
     eval_argv = smaller["eval"][0]
     models = [m.split("=")[0] for m in eval_argv[eval_argv.index("--models") + 1:eval_argv.index("--suites")]]
     assert models == ["sft", "random"]
+
+
+def test_the_two_game_spread_cold_start_sets_a_margin_per_game(tmp_path):
+    """smollm2-boardgames-spread-base.env: the fitted two-game cold start with tic_tac_toe's answers drawn within 0.1
+    and connect_four's within 0.05 of the engine's best; nothing else changed, and the export takes the mapping."""
+    fitted, spread = (files_dry_run(tmp_path, None, base=RUNS / name)
+                      for name in ("smollm2-boardgames-fit-base.env", "smollm2-boardgames-spread-base.env"))
+    assert spread["sft"] == fitted["sft"]
+    for theirs, ours in zip(fitted["export"], spread["export"], strict=True):
+        at = ours.index("openspiel.reference_margin={tic_tac_toe: 0.1, connect_four: 0.05}")
+        assert ours[at - 1] == "--set" and ours[:at - 1] + ours[at + 1:] == theirs
+    sets = [ours[i + 1] for i, flag in enumerate(ours) if flag == "--set"]
+    section = load_env_section(None, sets)
+    adapter = EnvMixture(section, where="env").adapters["openspiel"]
+    assert (adapter.reference_margin_of("tic_tac_toe"), adapter.reference_margin_of("connect_four")) == (0.1, 0.05)

@@ -6,6 +6,7 @@ keeps the engine's one best move."""
 from __future__ import annotations
 
 import random
+import shlex
 import subprocess
 from collections import Counter
 from pathlib import Path
@@ -25,7 +26,7 @@ from verl_ext.games.demonstration import demonstration_messages, engine_move
 REPO = Path(__file__).resolve().parents[1]
 
 
-def engine(margin: float = 0.0, **overrides) -> OpenSpielAdapter:
+def engine(margin: float | dict[str, float] = 0.0, **overrides) -> OpenSpielAdapter:
     config = OpenSpielConfig(game_types=["tic_tac_toe", "connect_four"], reward_mode="engine",
                              reference_margin=margin, **overrides)
     config.validate("openspiel")
@@ -45,10 +46,26 @@ def random_states(case: str, count: int, seed: int = 0) -> list[pyspiel.State]:
     return states
 
 
-@pytest.mark.parametrize("value", [-0.1, 1.5, "0.1", float("nan"), None])
+@pytest.mark.parametrize("value", [-0.1, 1.5, "0.1", float("nan"), None, True])
 def test_a_margin_outside_zero_to_one_is_refused_by_name(value):
     with pytest.raises(ConfigError, match=r"openspiel\.reference_margin: must be a number in \[0, 1\]"):
         OpenSpielConfig(game_types=["tic_tac_toe"], reference_margin=value).validate("openspiel")
+    with pytest.raises(ConfigError, match=r"openspiel\.reference_margin\.connect_four: must be a number in \[0, 1\]"):
+        OpenSpielConfig(reference_margin={"tic_tac_toe": 0.1, "connect_four": value}).validate("openspiel")
+
+
+def test_a_margin_per_game_names_the_runs_cases_and_leaves_the_others_to_the_engine():
+    from verl_ext.envs.config import from_mapping
+
+    with pytest.raises(ConfigError, match=r"env\.openspiel\.reference_margin: 'hex' is not one of this run's cases"):
+        OpenSpielAdapter(from_mapping(OpenSpielConfig, {"game_types": ["tic_tac_toe"], "reference_margin": {"hex": 0.1}},
+                                      "env.openspiel"), where="env.openspiel")
+    adapter = engine({"tic_tac_toe": 0.1})
+    assert (adapter.reference_margin_of("tic_tac_toe"), adapter.reference_margin_of("connect_four")) == (0.1, 0.0)
+    for case, spread in (("tic_tac_toe", True), ("connect_four", False)):
+        state = pyspiel.load_game(case).new_initial_state()
+        moves = {adapter.reference_move(case, state, seed) for seed in range(40)}
+        assert (len(moves) > 1) == spread, case
 
 
 @pytest.mark.parametrize("case", ["tic_tac_toe", "connect_four"])
@@ -147,6 +164,30 @@ def test_export_with_a_margin_pays_every_answer_within_it_and_the_recipe_passes_
         done = subprocess.run(recipe, cwd=REPO, env={**env, "SFT_REFERENCE_MARGIN": value}, capture_output=True,
                               text=True, check=False)
         assert done.returncode == 2 and message in done.stderr and value in done.stderr
+    per_game = "{tic_tac_toe: 0.1, connect_four: 0.05}"
+    done = subprocess.run(recipe, cwd=REPO, env={**env, "SFT_REFERENCE_MARGIN": per_game}, capture_output=True,
+                          text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    exports = [shlex.split(line) for line in done.stdout.splitlines() if " export " in line]
+    assert len(exports) == 2 and all(f"openspiel.reference_margin={per_game}" in argv for argv in exports)
     done = subprocess.run(recipe, cwd=REPO, env={**env, "SFT_REFERENCE_MARGIN": "0.1", "COLD_START": "rules"},
                           capture_output=True, text=True, check=False)
     assert done.returncode == 2 and "needs COLD_START=reference" in done.stderr
+
+
+def test_the_export_takes_a_margin_per_game_from_the_command_line(tmp_path):
+    """``--set 'openspiel.reference_margin={tic_tac_toe: 0.2}'``: tic_tac_toe's answers spread, connect_four's stay
+    the engine's best move (every one paid in full by the engine reward)."""
+    from verl_ext.reward import compute_score
+
+    out = tmp_path / "sft.parquet"
+    assert export_main(["--set", "openspiel.game_types=[tic_tac_toe,connect_four]",
+                        "--set", "openspiel.num_tasks_per_case=40", "--set", "openspiel.reward_mode=engine",
+                        "--set", "openspiel.reference_margin={tic_tac_toe: 0.2}", "--format", "sft", "--no-progress",
+                        "--out", str(out)]) == 0
+    scores: dict[str, list[float]] = {"tic_tac_toe": [], "connect_four": []}
+    for row in pq.read_table(out).to_pylist():
+        scores[row["extra_info"]["case"]].append(
+            compute_score(row["data_source"], row["response"], "", row["extra_info"])["score"])
+    assert all(score == 1.0 for score in scores["connect_four"]) and len(scores["connect_four"]) == 40
+    assert min(scores["tic_tac_toe"]) < 1.0

@@ -75,7 +75,7 @@ def test_a_policy_that_always_names_the_same_move_plays_one_game_n_times(tokeniz
     assert summary["identical_games"]["k"] == 4 and summary["groups_with_signal"]["k"] == 0
     assert summary["valid"]["rate"] == 1.0 and summary["reward_failures"] == 0  # the reward trusted every record
     warning = no_signal_warning(summary, threshold=0.1, max_new_tokens=3584)
-    assert warning is not None and "higher rollout temperature" in warning
+    assert warning is not None and "higher rollout temperature" in warning and "SFT_REFERENCE_MARGIN" in warning
 
 
 def test_sampled_moves_give_different_games_and_signal(tokenizer):

@@ -74,7 +74,7 @@ class Teacher:
 
     def choose(self, episode: OpenSpielEpisode, turn: TurnRequest) -> str | None:
         state, case = episode.state, episode.case
-        margin = self.adapter.config.reference_margin
+        margin = self.adapter.reference_margin_of(case)
         self.good_counts.append(len(self.adapter.good_moves(case, state.serialize(), margin)) if margin > 0 else 1)
         move = self.adapter.reference_move(case, state, self.rng.getrandbits(31))
         if episode.moves_played() == 0:

@@ -86,8 +86,10 @@ else : "${SFT_GAME_SHARE:=0}"; fi
 # (0: 92.0 %) and never loses (0: 92 % wins + draws against MCTS(50)), its first move spread over four, and a player
 # that had learnt it would find signal in 30 % of its GRPO groups (0: none).
 : "${SFT_REFERENCE_MARGIN:=0}"
-if ! [[ "$SFT_REFERENCE_MARGIN" =~ ^(0(\.[0-9]+)?|1(\.0+)?|\.[0-9]+)$ ]]; then
-  echo "SFT_REFERENCE_MARGIN: must be a number in [0, 1] (0: the engine's best move only), got '$SFT_REFERENCE_MARGIN'" >&2
+# a number, or one per game: '{tic_tac_toe: 0.1, connect_four: 0.05}' (the export checks each entry)
+if ! [[ "$SFT_REFERENCE_MARGIN" =~ ^(0(\.[0-9]+)?|1(\.0+)?|\.[0-9]+|\{.*\})$ ]]; then
+  echo "SFT_REFERENCE_MARGIN: must be a number in [0, 1] (0: the engine's best move only) or a mapping such as" \
+       "'{tic_tac_toe: 0.1, connect_four: 0.05}', got '$SFT_REFERENCE_MARGIN'" >&2
   exit 2
 fi
 if [[ "$SFT_REFERENCE_MARGIN" != 0 && "$COLD_START" != reference ]]; then

@@ -101,8 +101,8 @@ class OpenSpielConfig:
     # perfect information: 0 teaches the engine's one best move (the same move every time a position recurs);
     # > 0 a move drawn (seeded by the task, or the game and turn) among the moves valued within this margin of
     # the best that keep the exact value where it can be searched (``good_moves``), so that a cold start fitted to
-    # its rows still varies its moves
-    reference_margin: float = 0.0
+    # its rows still varies its moves; a mapping case -> margin sets it per game (cases not named: 0)
+    reference_margin: float | dict[str, float] = 0.0
 
     def validate(self, where: str) -> None:
         positive = ("num_tasks_per_case", "outcome_playouts", "mcts_simulations", "mcts_rollouts",
@@ -115,9 +115,12 @@ class OpenSpielConfig:
         if not 0 < self.reference_cfr_iterations <= MAX_ITERATIONS:
             raise ConfigError(f"{where}.reference_cfr_iterations: must be in 1..{MAX_ITERATIONS}, got "
                               f"{self.reference_cfr_iterations!r}")
-        if not (isinstance(self.reference_margin, (int, float)) and 0.0 <= self.reference_margin <= 1.0):
-            raise ConfigError(f"{where}.reference_margin: must be a number in [0, 1] (0: the engine's best move "
-                              f"only), got {self.reference_margin!r}")
+        margins = self.reference_margin if isinstance(self.reference_margin, dict) else {None: self.reference_margin}
+        for case, margin in margins.items():
+            key = f"{where}.reference_margin" + ("" if case is None else f".{case}")
+            if not (isinstance(margin, (int, float)) and not isinstance(margin, bool) and 0.0 <= margin <= 1.0):
+                raise ConfigError(f"{key}: must be a number in [0, 1] (0: the engine's best move only), or a mapping "
+                                  f"of case names to such numbers, got {margin!r}")
         if not 0.0 <= self.format_weight < 1.0:
             raise ConfigError(f"{where}.format_weight: must be in [0, 1), got {self.format_weight!r}")
         if not 0.0 < self.game_share < 1.0:
@@ -186,6 +189,11 @@ class OpenSpielAdapter:
         self.config = config
         self.game_settings: GameSettings = from_mapping(GameSettings, config.game, f"{where}.game")
         self._cases = self._resolve_cases(config, where)
+        if isinstance(config.reference_margin, dict):
+            unknown = sorted(set(config.reference_margin) - set(self._cases))
+            if unknown:
+                raise ConfigError(f"{where}.reference_margin: {unknown[0]!r} is not one of this run's cases "
+                                  f"({', '.join(self._cases)})")
         if config.task_mode != "move":
             self._check_opponents(f"{where}.game")
             self._check_value_term(f"{where}.game")
@@ -710,6 +718,11 @@ class OpenSpielAdapter:
                           key=lambda a: (values.get(a, 0.0), a in wins_now, tie_break.get(a, 0.0), -a))
         return next(move for move, action in position.moves.items() if action == best_action)
 
+    def reference_margin_of(self, case: str) -> float:
+        """``reference_margin`` for ``case``'s reference moves (a mapping's entry, 0 for a case it does not name)."""
+        margin = self.config.reference_margin
+        return float(margin.get(case, 0.0) if isinstance(margin, dict) else margin)
+
     def good_moves(self, case: str, state_str: str, margin: float) -> list[str]:
         """The moves a teacher that varies may play, in action order: those the engine values within ``margin`` of
         its best move (the ones the engine reward, ``task_scores``, pays at least 1 - ``margin``). Where the game
@@ -747,8 +760,9 @@ class OpenSpielAdapter:
         player = state.current_player()
         rng = random.Random(seed)
         if load_game(case).get_type().information == pyspiel.GameType.Information.PERFECT_INFORMATION:
-            if self.config.reference_margin > 0:
-                return rng.choice(self.good_moves(case, state.serialize(), self.config.reference_margin))
+            margin = self.reference_margin_of(case)
+            if margin > 0:
+                return rng.choice(self.good_moves(case, state.serialize(), margin))
             return self.best_move(case, state.serialize())
         if _offers_cfr(case):
             solved = cfr_policy(case, DEFAULT_SOLVER, self.config.reference_cfr_iterations)

@@ -138,8 +138,12 @@ def no_signal_warning(overall: dict[str, Any], threshold: float, max_new_tokens:
                   "easier tasks"]
     same = overall.get("identical_games")
     if same and same["rate"] is not None and same["rate"] >= 0.5:
-        cures.insert(0, f"a higher rollout temperature ({_pct(same)} of the groups played the very same game "
-                        "n times: actor_rollout_ref.rollout.temperature=T in the run, --temperature here)")
+        temperature = (f"a higher rollout temperature ({_pct(same)} of the groups played the very same game n "
+                       "times: actor_rollout_ref.rollout.temperature=T in the run, --temperature here); it cannot "
+                       "open a policy that is sure of its moves (a fitted cold start's alternatives lay 15+ nats below)")
+        teacher = ("a cold start taught by a teacher that varies its moves (board games: SFT_REFERENCE_MARGIN, "
+                   "openspiel.reference_margin; docs/learning.md, \"A teacher that varies its moves\")")
+        cures[:0] = [temperature, teacher]
     if cap is not None and cap["rate"] is not None and cap["rate"] >= CAP_SHARE_NOTE:
         cures.append(f"a larger response budget (MAX_RESPONSE_LENGTH / --max-new-tokens, now {max_new_tokens})")
     return f"WARNING: GRPO will see (almost) no signal. {facts}. Cures: " + "; ".join(cures) + "."
