@@ -179,6 +179,11 @@ class _Position:
     moves: dict[str, int]
 
 
+def _in_action_order(moves: dict[str, int], actions: set[int] | frozenset[int]) -> list[str]:
+    """The moves of ``moves`` whose action is in ``actions``, in action order."""
+    return [move for move, action in sorted(moves.items(), key=lambda item: item[1]) if action in actions]
+
+
 class OpenSpielAdapter:
     """Positions reached by seeded random play; the model names one legal move."""
 
@@ -733,8 +738,7 @@ class OpenSpielAdapter:
         position = self._position(case, state_str)
         tactics = one_ply(case, state_str)
         if tactics is not None and tactics.winning:
-            return [move for move, action in sorted(position.moves.items(), key=lambda item: item[1])
-                    if action in tactics.winning]
+            return _in_action_order(position.moves, tactics.winning)
         if load_game(case).get_type().reward_model == pyspiel.GameType.RewardModel.TERMINAL:
             values = self._analysis(case, state_str, position)
         else:
@@ -744,7 +748,7 @@ class OpenSpielAdapter:
         keeping = best_actions(case, position.state)
         if keeping:
             chosen = (chosen & keeping) or {max(keeping, key=lambda a: (values.get(a, 0.0), -a))}
-        return [move for move, action in sorted(position.moves.items(), key=lambda item: item[1]) if action in chosen]
+        return _in_action_order(position.moves, chosen)
 
     def reference_move(self, case: str, state: pyspiel.State, seed: int) -> str:
         """The move SFT answers and whole-game demonstrations teach, for the player to move at ``state``.
