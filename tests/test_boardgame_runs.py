@@ -31,6 +31,12 @@ def dry_run(tmp_path: Path, run: str | None, run_dir: str | None = None) -> dict
     return files_dry_run(tmp_path, run, base=BASE, spec=spec, run_dir=run_dir)
 
 
+def assert_only_set_added(theirs: list[str], ours: list[str], setting: str) -> None:
+    """``ours`` is the command ``theirs`` with ``--set setting`` added and nothing else changed."""
+    at = ours.index(setting)
+    assert ours[at - 1] == "--set" and ours[:at - 1] + ours[at + 1:] == theirs
+
+
 def test_the_base_teaches_engine_moves_half_in_whole_games_against_the_training_mixture(tmp_path):
     stages = dry_run(tmp_path, None)
     export = stages["export"][0]
@@ -294,9 +300,8 @@ def test_the_columns_arm_is_the_tactics_arm_on_boards_with_a_line_per_column(tmp
     columns_base = RUNS / "smollm2-boardgames-columns-base.env"
     base_stages = files_dry_run(tmp_path, None, base=columns_base)
     export = base_stages["export"][0]
-    at = export.index("openspiel.board_text=columns")
-    assert export[at - 1] == "--set"
-    assert export[:at - 1] + export[at + 1:] == dry_run(tmp_path, None)["export"][0]  # the same rows otherwise
+    # the same rows otherwise
+    assert_only_set_added(dry_run(tmp_path, None)["export"][0], export, "openspiel.board_text=columns")
     sft = compose("sft_trainer_engine", overrides_of(base_stages["sft"][0]))
     stages = files_dry_run(tmp_path, "columns-tactics-grpo100", base=columns_base,
                            spec=RUNS / "smollm2-boardgames-columns-tactics-grpo100.env", run_dir="same")
@@ -391,8 +396,7 @@ def test_the_tic_tac_toe_arms_are_the_tactics_arm_on_one_game_raw_and_with_every
     raw_export = files_dry_run(tmp_path, None, base=ttt_base)["export"][0]
     lines_export = files_dry_run(tmp_path, None, base=lines_base)["export"][0]
     assert "openspiel.game_types=[tic_tac_toe]" in raw_export
-    at = lines_export.index("openspiel.board_text=lines")
-    assert lines_export[at - 1] == "--set" and lines_export[:at - 1] + lines_export[at + 1:] == raw_export
+    assert_only_set_added(raw_export, lines_export, "openspiel.board_text=lines")
     arms = {}
     for name, base in (("ttt-tactics-grpo100", ttt_base), ("ttt-lines-tactics-grpo100", lines_base)):
         stages = files_dry_run(tmp_path, name, base=base, spec=RUNS / f"smollm2-{name}.env", run_dir="same")
@@ -487,8 +491,7 @@ def test_the_spread_cold_start_is_the_fitted_one_taught_by_a_teacher_that_varies
                       for name in ("smollm2-ttt-fit-base.env", "smollm2-ttt-spread-base.env"))
     assert spread["sft"] == fitted["sft"]
     for theirs, ours in zip(fitted["export"], spread["export"], strict=True):
-        at = ours.index("openspiel.reference_margin=0.1")
-        assert ours[at - 1] == "--set" and ours[:at - 1] + ours[at + 1:] == theirs
+        assert_only_set_added(theirs, ours, "openspiel.reference_margin=0.1")
     runs = {name: files_dry_run(tmp_path, name, base=base, spec=RUNS / f"smollm2-{name}.env", run_dir="same")
             for name, base in (("ttt-tactics-grpo100", RUNS / "smollm2-ttt-base.env"),
                                ("ttt-spread-tactics-grpo100", RUNS / "smollm2-ttt-spread-base.env"),
@@ -508,8 +511,7 @@ def test_the_two_game_spread_cold_start_sets_a_margin_per_game(tmp_path):
                       for name in ("smollm2-boardgames-fit-base.env", "smollm2-boardgames-spread-base.env"))
     assert spread["sft"] == fitted["sft"]
     for theirs, ours in zip(fitted["export"], spread["export"], strict=True):
-        at = ours.index("openspiel.reference_margin={tic_tac_toe: 0.1, connect_four: 0.05}")
-        assert ours[at - 1] == "--set" and ours[:at - 1] + ours[at + 1:] == theirs
+        assert_only_set_added(theirs, ours, "openspiel.reference_margin={tic_tac_toe: 0.1, connect_four: 0.05}")
     sets = [ours[i + 1] for i, flag in enumerate(ours) if flag == "--set"]
     section = load_env_section(None, sets)
     adapter = EnvMixture(section, where="env").adapters["openspiel"]

@@ -46,7 +46,7 @@ from verl_ext.evaluation.signal_report import has_signal
 from verl_ext.evaluation.stats import wilson_interval
 from verl_ext.export import build_rows, load_env_section
 from verl_ext.games import RECORD_FIELD
-from verl_ext.games.demonstration import MoveChooser, play_demonstration
+from verl_ext.games.demonstration import MoveChooser, play_demonstration, play_to_the_end
 from verl_ext.games.match import MatchRules, TurnRequest
 from verl_ext.games.setup import game_setup
 from verl_ext.mixture import EnvMixture
@@ -71,6 +71,7 @@ class Teacher:
         self.good_counts: list[int] = []
         self.keeps_value: list[bool] = []
         self.first_moves: list[str] = []
+        self.moves: list[str] = []
 
     def choose(self, episode: OpenSpielEpisode, turn: TurnRequest) -> str | None:
         state, case = episode.state, episode.case
@@ -82,6 +83,7 @@ class Teacher:
         best = best_actions(case, state)
         if best is not None:
             self.keeps_value.append(legal_move_actions(state)[move] in best)
+        self.moves.append(move)
         return move
 
 
@@ -148,12 +150,8 @@ def groups(case: str, margin: float, rows: list[dict[str, Any]], n: int, base: d
         for sample in range(n):
             teacher = Teacher(teacher_adapter, stable_seed("sample", case, margin, group, sample))
             match = setup.new_match()
-            moves = []
-            while (turn := match.next_request()) is not None:
-                move = teacher.choose(match.episode, turn)
-                moves.append(move)
-                match.submit(f"<answer>{move}</answer>")
-            record = match.record
+            play_to_the_end(match, teacher.choose)
+            record, moves = match.record, teacher.moves
             text = "\n".join(f"<answer>{m}</answer>" for m in moves)
             info = {**row["extra_info"], RECORD_FIELD: record.to_dict()}
             result = compute_score(row["data_source"], text, row["reward_model"]["ground_truth"], info)

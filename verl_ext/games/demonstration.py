@@ -43,6 +43,14 @@ def play_demonstration(episode: Episode, opponent: Opponent, rules: MatchRules,
     """Play ``episode`` to its end with ``choose``'s move for every policy-controlled turn (the trained seat;
     every seat in self-play); return the trained seat's conversation and the game's record."""
     match = Match(episode, opponent, rules)
+    play_to_the_end(match, choose)
+    return list(match.conversation(episode.seat)), match.record
+
+
+def play_to_the_end(match: Match, choose: MoveChooser) -> None:
+    """Play ``match`` to its end with ``choose``'s move for every policy-controlled turn; a move it cannot offer or
+    that the match does not accept raises."""
+    episode = match.episode
     while (turn := match.next_request()) is not None:
         move = choose(episode, turn)
         if move is None:
@@ -51,7 +59,6 @@ def play_demonstration(episode: Episode, opponent: Opponent, rules: MatchRules,
         verdict = match.submit(f"<answer>{move}</answer>")
         if verdict != ACCEPTED:
             raise RuntimeError(f"{episode.case!r}: the demonstrated move {move!r} was not accepted ({verdict})")
-    return list(match.conversation(episode.seat)), match.record
 
 
 def demonstration_messages(adapter: object, case: str, seed: int, seat: int,
