@@ -13,16 +13,16 @@ to win, on the blocks.
 from __future__ import annotations
 
 import argparse
-import math
 import random
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from verl_ext.envs.exact_values import best_actions
 from verl_ext.envs.openspiel_env import OpenSpielAdapter, OpenSpielConfig
 from verl_ext.envs.openspiel_rules import legal_move_actions
 from verl_ext.envs.tactics import one_ply
+from verl_ext.evaluation.backends import GenerationSettings, TransformersBackend
+from verl_ext.evaluation.exploitability import softmax
 from verl_ext.games.match import Match, MatchRules
 
 CASE = "tic_tac_toe"
@@ -53,25 +53,20 @@ def turns(games: int) -> list[tuple[list[dict[str, str]], list[str], set[str], s
     return out
 
 
-def mass(model_dir: str, data: list) -> dict[str, float]:
-    tok = AutoTokenizer.from_pretrained(model_dir)
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
-    sums = {"good": [], "keeps_value": [], "blocks": []}
+def mass(model_dir: str, data: list) -> dict[str, tuple[float, int]]:
+    """Per kind of move, the mean probability (T = 1, over the legal answers) the model gives it, and the turns."""
+    backend = TransformersBackend(model_dir, None, GenerationSettings(device="cpu", dtype="float32", batch_size=16))
+    sums: dict[str, list[float]] = {"good": [], "keeps_value": [], "blocks": []}
     for messages, legal, good, keeping, blocks in data:
-        prompt = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False)
-        logprob = {}
-        for move in legal:
-            answer = tok.encode(f"<answer>{move}</answer><|im_end|>", add_special_tokens=False)
-            with torch.no_grad():
-                logits = model(torch.tensor([prompt + answer])).logits[0, :-1].float()
-            lp = torch.log_softmax(logits, -1)[len(prompt) - 1:]
-            logprob[move] = sum(lp[i, t].item() for i, t in enumerate(answer))
-        total = sum(math.exp(v) for v in logprob.values())
-        p = {m: math.exp(v) / total for m, v in logprob.items()}
+        # the answer as the model ends it: the reply and the end of its turn
+        logprobs = backend.continuation_logprobs([messages] * len(legal),
+                                                 [f"<answer>{move}</answer><|im_end|>" for move in legal])
+        p = dict(zip(legal, softmax(logprobs), strict=True))
         sums["good"].append(sum(p[m] for m in good))
         sums["keeps_value"].append(sum(p[m] for m in keeping))
         if blocks:
             sums["blocks"].append(sum(p[m] for m in blocks))
+    backend.close()
     return {k: (sum(v) / len(v), len(v)) for k, v in sums.items()}
 
 
